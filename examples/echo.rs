@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! `echo`: a vhost-user-net device that reflects every frame the guest
+//! transmits back into the guest's RX queue, swapping source and destination
+//! MAC addresses, on every queue pair.
+//!
+//! ```text
+//! echo --socket PATH [--client] [--queues N] [--poll busy|adaptive|interrupt]
+//! ```
+//!
+//! Offloads (checksum, TSO) are offered, so the frame's `virtio_net_hdr`
+//! travels back with it. It logs connects and disconnects (`VHU_LOG` sets
+//! the filter, default `info`) and on SIGINT/SIGTERM prints one line of
+//! counters per queue pair on stdout:
+//!
+//! ```text
+//! qp=0 tx_packets=N tx_bytes=N rx_packets=N rx_bytes=N tx_dropped=N rx_dropped=N
+//! ```
+//!
+//! `tx` counts frames the guest transmitted (that echo dequeued), `rx`
+//! frames echo delivered into the guest.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use vhost_net_backend::{DropReason, Offloads, Poller, Port, PortConfig, QueuePair, SocketRole};
+
+/// How the data-plane thread waits for work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PollMode {
+    /// Spin on the rings all the time (lowest latency, one full core).
+    Busy,
+    /// Spin while there is traffic; after `--idle-us` without any, ask for
+    /// guest kicks and sleep.
+    Adaptive,
+    /// Sleep whenever there is no work.
+    Interrupt,
+}
+
+/// Reflect guest TX frames back into guest RX.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// vhost-user socket path.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Connect to a socket the frontend created (and reconnect when it goes
+    /// away) instead of creating one.
+    #[arg(long)]
+    client: bool,
+    /// Number of queue pairs.
+    #[arg(long, default_value_t = 1)]
+    queues: u16,
+    /// Polling mode of the data-plane thread.
+    #[arg(long, value_enum, default_value_t = PollMode::Adaptive)]
+    poll: PollMode,
+    /// Idle time before an adaptive poller sleeps, in microseconds.
+    #[arg(long, default_value_t = 200)]
+    idle_us: u64,
+    /// Do not offer checksum and segmentation offloads.
+    #[arg(long)]
+    no_offloads: bool,
+    /// Frames per burst.
+    #[arg(long, default_value_t = 32)]
+    burst: usize,
+}
+
+/// Largest burst accepted (the ring engine handles any, this bounds latency).
+const MAX_BURST: usize = 256;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VHU_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if args.burst == 0 || args.burst > MAX_BURST {
+        eprintln!("echo: --burst must be 1 to {MAX_BURST}");
+        return ExitCode::from(64);
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            eprintln!("echo: cannot install a signal handler: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+
+    let mut cfg = PortConfig::new("echo", &args.socket);
+    cfg.role = if args.client {
+        SocketRole::Client
+    } else {
+        SocketRole::Server
+    };
+    cfg.queue_pairs = args.queues;
+    cfg.offloads = if args.no_offloads {
+        Offloads::none()
+    } else {
+        Offloads::checksum_and_tso()
+    };
+    let (port, mut qps) = match Port::new(cfg) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("echo: {}", error_chain(&e));
+            return ExitCode::from(64);
+        }
+    };
+
+    if let Err(e) = run(&args, &mut qps, &stop) {
+        eprintln!("echo: {e}");
+        return ExitCode::FAILURE;
+    }
+    drop(port);
+    for qp in &qps {
+        let tx = qp.tx.counters();
+        let rx = qp.rx.counters();
+        println!(
+            "qp={} tx_packets={} tx_bytes={} rx_packets={} rx_bytes={} tx_dropped={} rx_dropped={}",
+            qp.index(),
+            tx.packets,
+            tx.bytes,
+            rx.packets,
+            rx.bytes,
+            tx.dropped(),
+            rx.dropped()
+        );
+        for r in DropReason::ALL {
+            let (t, x) = (tx.drops_for(r), rx.drops_for(r));
+            if t + x > 0 {
+                eprintln!("qp={} drops {}: tx={t} rx={x}", qp.index(), r.name());
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The data-plane loop: one thread serving every queue pair.
+fn run(args: &Args, qps: &mut [QueuePair], stop: &AtomicBool) -> std::io::Result<()> {
+    let mut poller = Poller::new()?;
+    for qp in qps.iter_mut() {
+        poller.add(qp)?;
+    }
+    let idle = Duration::from_micros(args.idle_us);
+    let mut last_work = Instant::now();
+    let mut sleeping_allowed = args.poll != PollMode::Busy;
+    while !stop.load(Ordering::Relaxed) {
+        let mut moved = 0;
+        for qp in qps.iter_mut() {
+            moved += echo_burst(qp, args.burst);
+        }
+        if moved > 0 {
+            last_work = Instant::now();
+            continue;
+        }
+        if !sleeping_allowed {
+            // Busy mode: the guest need not kick a poller (rings restarted
+            // by the frontend come up with kicks enabled).
+            for qp in qps.iter_mut() {
+                qp.tx.disable_notifications();
+                qp.rx.disable_notifications();
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        if args.poll == PollMode::Adaptive && last_work.elapsed() < idle {
+            continue;
+        }
+        // Ask for kicks on every queue; sleep only if nothing slipped in.
+        let mut pending = false;
+        for qp in qps.iter_mut() {
+            pending |= qp.tx.enable_notifications();
+            pending |= qp.rx.enable_notifications();
+        }
+        if !pending {
+            // The timeout bounds how long a signal takes to be noticed.
+            poller.wait(Some(Duration::from_millis(100)))?;
+        }
+        if args.poll == PollMode::Adaptive {
+            for qp in qps.iter_mut() {
+                qp.tx.disable_notifications();
+                qp.rx.disable_notifications();
+            }
+        }
+        last_work = Instant::now();
+        sleeping_allowed = true;
+    }
+    Ok(())
+}
+
+/// Reflects up to `burst` frames of one queue pair. Returns frames moved.
+///
+/// Back-pressure: while the RX ring runs, no more frames are taken from TX
+/// than RX has buffers for, so a full RX ring slows the guest's TX instead of
+/// dropping; frames are dropped (and counted) only when RX is not running.
+fn echo_burst(qp: &mut QueuePair, burst: usize) -> usize {
+    let limit = if qp.rx.is_running() {
+        qp.rx.available().min(burst)
+    } else {
+        burst
+    };
+    if limit == 0 {
+        return 0;
+    }
+    let mut rx = qp.rx.burst();
+    qp.tx.recv_burst(limit, |frame| {
+        let head = frame.head_mut();
+        if head.len() >= 12 {
+            let (dst, src) = head.split_at_mut(6);
+            dst.swap_with_slice(&mut src[..6]);
+        }
+        let hdr = *frame.hdr();
+        // A failure is counted in the RX queue's drop counters.
+        let _ = rx.push(&hdr, frame);
+    })
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

@@ -1,0 +1,507 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The vhost-user request handler of one port, on the `vhost` crate's
+//! [`VhostUserBackendReqHandlerMut`].
+//!
+//! We own the handler (rather than using `vhost-user-backend`) so that one
+//! handler serves any number of successive connections with a clean reset
+//! between them, the data plane lives in the caller's threads, and ring
+//! changes are handed over with an acknowledgement (see [`crate::queue`]).
+//!
+//! Every value the frontend sends is validated: vring indices against the
+//! number of queues, ring sizes, addresses (translated through the memory
+//! table, alignment-checked), feature bits against what was offered, memory
+//! regions against overflow and overlap. An invalid request is refused (a
+//! NACK with `REPLY_ACK`, otherwise the connection is closed); it never
+//! panics the process.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
+    VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
+    VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVringAddrFlags, VhostUserVringState,
+};
+use vhost::vhost_user::{Backend, GpuBackend};
+use vhost::vhost_user::{Error as VuError, Result as VuResult, VhostUserBackendReqHandlerMut};
+use vhost::VhostUserMemoryRegionBase;
+
+use crate::device::{self, bits, Negotiated, MAX_MEM_SLOTS, MAX_QUEUE_SIZE};
+use crate::queue::{RingConfig, VringShared};
+use crate::ring::memory::RegionDesc;
+use crate::ring::{GuestMemory, SplitLayout};
+
+/// What the handler needs to know about its port.
+#[derive(Debug, Clone)]
+pub(crate) struct DeviceParams {
+    pub name: String,
+    pub queue_pairs: u16,
+    pub offered: u64,
+    pub max_frame: usize,
+}
+
+#[derive(Debug)]
+struct VringCtl {
+    shared: Arc<VringShared>,
+    size: u16,
+    /// desc, avail, used guest physical addresses.
+    addr: Option<(u64, u64, u64)>,
+    base: u16,
+    kick: Option<Arc<File>>,
+    call: Option<Arc<File>>,
+    started: bool,
+    enabled: bool,
+    epoch: u64,
+    running: Option<Arc<RingConfig>>,
+}
+
+impl VringCtl {
+    fn new(shared: Arc<VringShared>) -> Self {
+        Self {
+            shared,
+            size: 0,
+            addr: None,
+            base: 0,
+            kick: None,
+            call: None,
+            started: false,
+            enabled: false,
+            epoch: 0,
+            running: None,
+        }
+    }
+
+    /// Stops the ring in the data plane and remembers where it stopped.
+    fn stop(&mut self) {
+        if self.running.take().is_some() {
+            if let Some(next) = self.shared.publish(None) {
+                self.base = next;
+            }
+        }
+    }
+}
+
+/// The request handler state of one port. It outlives connections;
+/// [`PortCtl::reset_connection`] returns it to the state of a new device.
+#[derive(Debug)]
+pub(crate) struct PortCtl {
+    params: DeviceParams,
+    vrings: Vec<VringCtl>,
+    mem: Arc<GuestMemory>,
+    acked: u64,
+    acked_protocol: u64,
+    owned: bool,
+    next_epoch: u64,
+}
+
+fn invalid(why: &'static str) -> VuError {
+    VuError::InvalidOperation(why)
+}
+
+impl PortCtl {
+    pub(crate) fn new(params: DeviceParams, shared: Vec<Arc<VringShared>>) -> Self {
+        Self {
+            params,
+            vrings: shared.into_iter().map(VringCtl::new).collect(),
+            mem: Arc::new(GuestMemory::empty()),
+            acked: 0,
+            acked_protocol: 0,
+            owned: false,
+            next_epoch: 1,
+        }
+    }
+
+    /// The acked virtio features of the current connection.
+    pub(crate) fn acked_features(&self) -> u64 {
+        self.acked
+    }
+
+    fn vring(&mut self, index: u32) -> VuResult<&mut VringCtl> {
+        self.vrings
+            .get_mut(index as usize)
+            .ok_or(VuError::InvalidParam)
+    }
+
+    /// Stops every ring and forgets everything the frontend set up.
+    pub(crate) fn reset_connection(&mut self) {
+        self.reset_rings();
+        self.mem = Arc::new(GuestMemory::empty());
+        self.acked = 0;
+        self.acked_protocol = 0;
+        self.owned = false;
+    }
+
+    fn reset_rings(&mut self) {
+        for v in &mut self.vrings {
+            v.stop();
+            v.size = 0;
+            v.addr = None;
+            v.base = 0;
+            v.kick = None;
+            v.call = None;
+            v.started = false;
+            v.enabled = false;
+        }
+    }
+
+    /// Publishes ring `i`'s configuration to the data plane if it changed.
+    fn refresh(&mut self, i: usize) {
+        let features = Negotiated::new(self.acked);
+        let mem = Arc::clone(&self.mem);
+        let max_frame = self.params.max_frame;
+        let name = &self.params.name;
+        let v = &mut self.vrings[i];
+        let desired = match (v.started && v.enabled, v.addr) {
+            (true, Some((desc, avail, used))) if v.size > 0 && mem.num_regions() > 0 => {
+                Some(RingConfig {
+                    mem,
+                    layout: SplitLayout {
+                        desc,
+                        avail,
+                        used,
+                        size: v.size,
+                    },
+                    base: v.base,
+                    epoch: v.epoch,
+                    kick: v.kick.clone(),
+                    call: v.call.clone(),
+                    features,
+                    max_frame,
+                })
+            }
+            _ => None,
+        };
+        let same = match (&desired, &v.running) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                Arc::ptr_eq(&a.mem, &b.mem)
+                    && a.layout == b.layout
+                    && a.epoch == b.epoch
+                    && a.features == b.features
+                    && opt_ptr_eq(&a.kick, &b.kick)
+                    && opt_ptr_eq(&a.call, &b.call)
+            }
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        match desired {
+            None => {
+                tracing::debug!("port {name}: vring {i}: stopped");
+                v.stop();
+            }
+            Some(cfg) => {
+                tracing::debug!(
+                    "port {name}: vring {i}: running (size {}, base {}, epoch {})",
+                    cfg.layout.size,
+                    cfg.base,
+                    cfg.epoch
+                );
+                let cfg = Arc::new(cfg);
+                v.running = Some(Arc::clone(&cfg));
+                v.shared.publish(Some(cfg));
+            }
+        }
+    }
+
+    fn refresh_all(&mut self) {
+        for i in 0..self.vrings.len() {
+            self.refresh(i);
+        }
+    }
+
+    fn set_memory(&mut self, mem: GuestMemory) {
+        self.mem = Arc::new(mem);
+        // Running rings move to the new snapshot; the old mappings go away
+        // once the data plane acknowledged and dropped its reference.
+        self.refresh_all();
+    }
+}
+
+fn opt_ptr_eq(a: &Option<Arc<File>>, b: &Option<Arc<File>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    }
+}
+
+impl VhostUserBackendReqHandlerMut for PortCtl {
+    fn set_owner(&mut self) -> VuResult<()> {
+        if self.owned {
+            return Err(invalid("already owned"));
+        }
+        self.owned = true;
+        Ok(())
+    }
+
+    fn reset_owner(&mut self) -> VuResult<()> {
+        self.reset_connection();
+        Ok(())
+    }
+
+    fn reset_device(&mut self) -> VuResult<()> {
+        self.reset_rings();
+        self.acked = 0;
+        Ok(())
+    }
+
+    fn get_features(&mut self) -> VuResult<u64> {
+        Ok(self.params.offered)
+    }
+
+    fn set_features(&mut self, features: u64) -> VuResult<()> {
+        let unknown = features & !self.params.offered;
+        if unknown != 0 {
+            tracing::warn!(
+                "port {}: frontend acked features not offered: {unknown:#x}",
+                self.params.name
+            );
+            return Err(VuError::InvalidParam);
+        }
+        self.acked = features;
+        tracing::info!(
+            "port {}: features acked {features:#x} (mrg_rxbuf={} event_idx={} indirect={} version_1={})",
+            self.params.name,
+            features & bits::MRG_RXBUF != 0,
+            features & bits::EVENT_IDX != 0,
+            features & bits::INDIRECT_DESC != 0,
+            features & bits::VERSION_1 != 0,
+        );
+        if features & bits::PROTOCOL_FEATURES == 0 {
+            // Without protocol features rings start enabled (vhost-user spec,
+            // "Ring states").
+            for v in &mut self.vrings {
+                v.enabled = true;
+            }
+        }
+        self.refresh_all();
+        Ok(())
+    }
+
+    fn set_mem_table(
+        &mut self,
+        ctx: &[VhostUserMemoryRegion],
+        files: Vec<File>,
+        _postcopy_listening: Option<bool>,
+    ) -> VuResult<Option<Vec<VhostUserMemoryRegionBase>>> {
+        if ctx.len() != files.len() {
+            return Err(VuError::InvalidParam);
+        }
+        let mut regions = Vec::with_capacity(ctx.len());
+        for (r, file) in ctx.iter().zip(files) {
+            let desc = RegionDesc {
+                gpa: r.guest_phys_addr,
+                size: r.memory_size,
+                vmm_va: r.user_addr,
+                mmap_offset: r.mmap_offset,
+            };
+            regions.push(GuestMemory::map_region(desc, file).map_err(mem_err)?);
+        }
+        let mem = GuestMemory::from_regions(regions).map_err(mem_err)?;
+        tracing::debug!(
+            "port {}: memory table: {:?}",
+            self.params.name,
+            mem.regions().collect::<Vec<_>>()
+        );
+        self.set_memory(mem);
+        Ok(None)
+    }
+
+    fn set_vring_num(&mut self, index: u32, num: u32) -> VuResult<()> {
+        let v = self.vring(index)?;
+        if num == 0 || num > u32::from(MAX_QUEUE_SIZE) || !num.is_power_of_two() {
+            return Err(VuError::InvalidParam);
+        }
+        v.size = num as u16;
+        if v.running.is_some() {
+            v.epoch = 0; // forces a restart with the new size below
+        }
+        self.refresh(index as usize);
+        Ok(())
+    }
+
+    fn set_vring_addr(
+        &mut self,
+        index: u32,
+        _flags: VhostUserVringAddrFlags,
+        descriptor: u64,
+        used: u64,
+        available: u64,
+        _log: u64,
+    ) -> VuResult<()> {
+        let mem = Arc::clone(&self.mem);
+        let to_gpa = |va: u64| mem.vmm_va_to_gpa(va).ok_or(VuError::InvalidParam);
+        let (d, a, u) = (to_gpa(descriptor)?, to_gpa(available)?, to_gpa(used)?);
+        if d % 16 != 0 || a % 2 != 0 || u % 4 != 0 {
+            return Err(VuError::InvalidParam);
+        }
+        let v = self.vring(index)?;
+        v.addr = Some((d, a, u));
+        self.refresh(index as usize);
+        Ok(())
+    }
+
+    fn set_vring_base(&mut self, index: u32, base: u32) -> VuResult<()> {
+        let v = self.vring(index)?;
+        // Split rings only: the base is a 16-bit avail index.
+        v.base = u16::try_from(base).map_err(|_| VuError::InvalidParam)?;
+        Ok(())
+    }
+
+    fn get_vring_base(&mut self, index: u32) -> VuResult<VhostUserVringState> {
+        let v = self.vring(index)?;
+        v.stop();
+        v.started = false;
+        v.kick = None;
+        v.call = None;
+        Ok(VhostUserVringState::new(index, u32::from(v.base)))
+    }
+
+    fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
+        let epoch = self.next_epoch;
+        let v = self.vring(u32::from(index))?;
+        v.kick = fd.map(Arc::new);
+        if !v.started {
+            v.started = true;
+            v.epoch = epoch;
+            self.next_epoch += 1;
+        }
+        self.refresh(usize::from(index));
+        Ok(())
+    }
+
+    fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
+        let v = self.vring(u32::from(index))?;
+        v.call = fd.map(Arc::new);
+        self.refresh(usize::from(index));
+        Ok(())
+    }
+
+    fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> VuResult<()> {
+        self.vring(u32::from(index))?;
+        Ok(())
+    }
+
+    fn get_protocol_features(&mut self) -> VuResult<VhostUserProtocolFeatures> {
+        Ok(device::offered_protocol_features())
+    }
+
+    fn set_protocol_features(&mut self, features: u64) -> VuResult<()> {
+        if features & !device::offered_protocol_features().bits() != 0 {
+            return Err(VuError::InvalidParam);
+        }
+        self.acked_protocol = features;
+        Ok(())
+    }
+
+    fn get_queue_num(&mut self) -> VuResult<u64> {
+        // For virtio-net, the number of queue pairs (what QEMU's
+        // `queues=` and DPDK's virtio-user compare against).
+        Ok(u64::from(self.params.queue_pairs))
+    }
+
+    fn set_vring_enable(&mut self, index: u32, enable: bool) -> VuResult<()> {
+        let v = self.vring(index)?;
+        v.enabled = enable;
+        self.refresh(index as usize);
+        Ok(())
+    }
+
+    fn get_config(
+        &mut self,
+        _offset: u32,
+        _size: u32,
+        _flags: VhostUserConfigFlags,
+    ) -> VuResult<Vec<u8>> {
+        Err(invalid("config space is the frontend's"))
+    }
+
+    fn set_config(
+        &mut self,
+        _offset: u32,
+        _buf: &[u8],
+        _flags: VhostUserConfigFlags,
+    ) -> VuResult<()> {
+        Err(invalid("config space is the frontend's"))
+    }
+
+    fn set_backend_req_fd(&mut self, _backend: Backend) {}
+
+    fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> VuResult<()> {
+        Err(invalid("not a GPU"))
+    }
+
+    fn get_shared_object(&mut self, _uuid: VhostUserSharedMsg) -> VuResult<File> {
+        Err(invalid("no shared objects"))
+    }
+
+    fn get_inflight_fd(
+        &mut self,
+        _inflight: &VhostUserInflight,
+    ) -> VuResult<(VhostUserInflight, File)> {
+        Err(invalid("inflight tracking not offered"))
+    }
+
+    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> VuResult<()> {
+        Err(invalid("inflight tracking not offered"))
+    }
+
+    fn get_max_mem_slots(&mut self) -> VuResult<u64> {
+        Ok(MAX_MEM_SLOTS)
+    }
+
+    fn add_mem_region(
+        &mut self,
+        region: &VhostUserSingleMemoryRegion,
+        fd: File,
+        _postcopy_listening: Option<bool>,
+    ) -> VuResult<Option<VhostUserMemoryRegionBase>> {
+        let desc = RegionDesc {
+            gpa: region.guest_phys_addr,
+            size: region.memory_size,
+            vmm_va: region.user_addr,
+            mmap_offset: region.mmap_offset,
+        };
+        let r = GuestMemory::map_region(desc, fd).map_err(mem_err)?;
+        let mem = self.mem.with_region(r).map_err(mem_err)?;
+        self.set_memory(mem);
+        Ok(None)
+    }
+
+    fn remove_mem_region(&mut self, region: &VhostUserSingleMemoryRegion) -> VuResult<()> {
+        let mem = self
+            .mem
+            .without_region(region.guest_phys_addr, region.memory_size)
+            .map_err(mem_err)?;
+        self.set_memory(mem);
+        Ok(())
+    }
+
+    fn set_device_state_fd(
+        &mut self,
+        _direction: VhostTransferStateDirection,
+        _phase: VhostTransferStatePhase,
+        _fd: File,
+    ) -> VuResult<Option<File>> {
+        Err(invalid("device state transfer not offered"))
+    }
+
+    fn check_device_state(&mut self) -> VuResult<()> {
+        Err(invalid("device state transfer not offered"))
+    }
+
+    fn get_shmem_config(&mut self) -> VuResult<VhostUserShMemConfig> {
+        Err(invalid("no shared memory regions"))
+    }
+
+    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> VuResult<()> {
+        Err(invalid("dirty logging not offered"))
+    }
+}
+
+fn mem_err(e: crate::ring::MemoryError) -> VuError {
+    tracing::warn!("memory table refused: {e}");
+    VuError::InvalidParam
+}

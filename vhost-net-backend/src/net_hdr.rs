@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The `virtio_net_hdr` that precedes every frame on a virtio-net queue
+//! (virtio 1.x, 5.1.6), as a private copy: values read out of guest memory
+//! once, never a view into it.
+
+/// `flags`: the checksum starting at `csum_start` must be completed.
+pub const F_NEEDS_CSUM: u8 = 1;
+/// `flags`: the checksum has been validated (device to driver only).
+pub const F_DATA_VALID: u8 = 2;
+/// `flags`: RSC information present (not used by this device).
+pub const F_RSC_INFO: u8 = 4;
+
+/// `gso_type`: no segmentation.
+pub const GSO_NONE: u8 = 0;
+/// `gso_type`: TCP over IPv4.
+pub const GSO_TCPV4: u8 = 1;
+/// `gso_type`: UDP fragmentation offload.
+pub const GSO_UDP: u8 = 3;
+/// `gso_type`: TCP over IPv6.
+pub const GSO_TCPV6: u8 = 4;
+/// `gso_type`: UDP segmentation offload (USO).
+pub const GSO_UDP_L4: u8 = 5;
+/// `gso_type` flag: ECN (CWR) set in the TCP header.
+pub const GSO_ECN: u8 = 0x80;
+
+/// Size of the largest header this device uses (`virtio_net_hdr_mrg_rxbuf`).
+pub const MAX_HDR_LEN: usize = 12;
+
+/// The per-frame offload metadata of virtio-net.
+///
+/// `num_buffers` is owned by the device on RX (it counts the buffers a
+/// mergeable frame spans) and is ignored on TX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VirtioNetHdr {
+    /// `VIRTIO_NET_HDR_F_*`.
+    pub flags: u8,
+    /// `VIRTIO_NET_HDR_GSO_*`.
+    pub gso_type: u8,
+    /// Length of the headers to replicate in every segment.
+    pub hdr_len: u16,
+    /// Segment payload size.
+    pub gso_size: u16,
+    /// Where checksumming starts.
+    pub csum_start: u16,
+    /// Where, from `csum_start`, the checksum is stored.
+    pub csum_offset: u16,
+    /// Number of merged RX buffers (RX only).
+    pub num_buffers: u16,
+}
+
+impl VirtioNetHdr {
+    /// Parses a header from `len` (10 or 12) little-endian bytes.
+    ///
+    /// Bytes beyond `len` are ignored; `num_buffers` is 0 for a 10-byte
+    /// header.
+    pub fn from_bytes(b: &[u8; MAX_HDR_LEN], len: usize) -> Self {
+        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        Self {
+            flags: b[0],
+            gso_type: b[1],
+            hdr_len: u16_at(2),
+            gso_size: u16_at(4),
+            csum_start: u16_at(6),
+            csum_offset: u16_at(8),
+            num_buffers: if len >= 12 { u16_at(10) } else { 0 },
+        }
+    }
+
+    /// Serialises the header in little-endian order (all 12 bytes; callers
+    /// write the first `hdr_len` of them).
+    pub fn to_bytes(&self) -> [u8; MAX_HDR_LEN] {
+        let mut b = [0u8; MAX_HDR_LEN];
+        b[0] = self.flags;
+        b[1] = self.gso_type;
+        b[2..4].copy_from_slice(&self.hdr_len.to_le_bytes());
+        b[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
+        b[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
+        b[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
+        b[10..12].copy_from_slice(&self.num_buffers.to_le_bytes());
+        b
+    }
+
+    /// Whether the frame is a segmentation super-frame.
+    pub const fn is_gso(&self) -> bool {
+        self.gso_type & !GSO_ECN != GSO_NONE
+    }
+
+    /// Whether the frame carries a partial checksum.
+    pub const fn needs_csum(&self) -> bool {
+        self.flags & F_NEEDS_CSUM != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let h = VirtioNetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4 | GSO_ECN,
+            hdr_len: 54,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+            num_buffers: 3,
+        };
+        let b = h.to_bytes();
+        assert_eq!(VirtioNetHdr::from_bytes(&b, 12), h);
+        let short = VirtioNetHdr::from_bytes(&b, 10);
+        assert_eq!(short.num_buffers, 0);
+        assert_eq!(short.gso_size, 1448);
+        assert!(h.is_gso() && h.needs_csum());
+        assert!(!VirtioNetHdr::default().is_gso());
+        assert_eq!(&b[..4], &[1, 0x81, 54, 0]);
+    }
+}

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The ring engine: virtqueues over guest memory, and the copies in and out
+//! of guest buffers. Most of the crate's `unsafe` lives here.
+//!
+//! Rules kept throughout:
+//! - a guest buffer is a [`Seg`]: a host address and a length that the ring
+//!   parser checked against the mapped regions. A `Seg` is only valid while
+//!   the [`GuestMemory`] snapshot it was translated from is alive; the queue
+//!   that produced it keeps that snapshot for at least as long as the
+//!   borrow through which the `Seg` is reachable.
+//! - guest memory is accessed with raw copies and volatile/atomic loads and
+//!   stores, never through a `&[u8]` (the guest may change it at any time).
+#![allow(unsafe_code)]
+
+pub(crate) mod memory;
+pub(crate) mod split;
+
+pub use memory::{GuestMemory, MemoryError};
+pub use split::SplitLayout;
+
+/// Most buffers one chain may have (after splitting at region boundaries).
+/// Linux uses at most `MAX_SKB_FRAGS + 2` (19) per frame.
+pub const MAX_CHAIN_SEGS: usize = 64;
+
+/// One guest buffer, translated and bounds-checked.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Seg {
+    pub hva: usize,
+    pub len: u32,
+}
+
+/// A fixed-capacity list of segments, allocated once per queue.
+#[derive(Debug)]
+pub(crate) struct SegVec {
+    segs: Box<[Seg]>,
+    len: usize,
+}
+
+impl SegVec {
+    pub(crate) fn with_capacity(cap: usize) -> Self {
+        Self {
+            segs: vec![Seg::default(); cap].into_boxed_slice(),
+            len: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Appends; false when full.
+    #[inline]
+    pub(crate) fn push(&mut self, s: Seg) -> bool {
+        match self.segs.get_mut(self.len) {
+            Some(slot) => {
+                *slot = s;
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    pub(crate) fn as_slice(&self) -> &[Seg] {
+        &self.segs[..self.len]
+    }
+}
+
+/// Copies `dst.len()` bytes of the buffers `segs`, starting `offset` bytes
+/// in, into `dst`. Returns how many bytes were copied (fewer when the
+/// buffers end first).
+#[inline]
+pub(crate) fn copy_from_segs(segs: &[Seg], mut offset: usize, dst: &mut [u8]) -> usize {
+    let mut done = 0;
+    for s in segs {
+        let len = s.len as usize;
+        if offset >= len {
+            offset -= len;
+            continue;
+        }
+        let n = (len - offset).min(dst.len() - done);
+        // SAFETY: `s` was bounds-checked against the mapped regions by the
+        // ring parser and its snapshot is alive (module invariant); `offset +
+        // n <= len`; `dst[done..done + n]` is in bounds. Source and
+        // destination cannot overlap (guest memory is never a Rust slice).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (s.hva + offset) as *const u8,
+                dst.as_mut_ptr().add(done),
+                n,
+            );
+        }
+        done += n;
+        offset = 0;
+        if done == dst.len() {
+            break;
+        }
+    }
+    done
+}
+
+/// A cursor writing into a list of guest buffers (an RX frame's chains).
+#[derive(Debug)]
+pub(crate) struct SegWriter<'a> {
+    segs: &'a [Seg],
+    idx: usize,
+    off: usize,
+    written: usize,
+}
+
+impl<'a> SegWriter<'a> {
+    pub(crate) fn new(segs: &'a [Seg]) -> Self {
+        Self {
+            segs,
+            idx: 0,
+            off: 0,
+            written: 0,
+        }
+    }
+
+    /// Bytes written so far.
+    pub(crate) fn written(&self) -> usize {
+        self.written
+    }
+
+    /// Copies `len` bytes from `src` (a host address readable for `len`
+    /// bytes: a host slice, or a guest buffer checked by the ring parser).
+    /// Returns the bytes copied (fewer when the buffers are full).
+    #[inline]
+    fn write_raw(&mut self, mut src: usize, mut len: usize) -> usize {
+        let start = self.written;
+        while len > 0 {
+            let Some(s) = self.segs.get(self.idx) else {
+                break;
+            };
+            let room = s.len as usize - self.off;
+            if room == 0 {
+                self.idx += 1;
+                self.off = 0;
+                continue;
+            }
+            let n = room.min(len);
+            // SAFETY: the destination is a checked guest buffer (module
+            // invariant) with `off + n <= s.len`; the source is readable for
+            // `len >= n` bytes per this function's contract. `copy` (not
+            // `copy_nonoverlapping`) because a hostile guest may make a TX
+            // buffer alias an RX buffer.
+            unsafe {
+                std::ptr::copy(src as *const u8, (s.hva + self.off) as *mut u8, n);
+            }
+            self.off += n;
+            self.written += n;
+            src += n;
+            len -= n;
+        }
+        self.written - start
+    }
+
+    /// Copies a host slice into the buffers.
+    #[inline]
+    pub(crate) fn write(&mut self, src: &[u8]) -> usize {
+        self.write_raw(src.as_ptr() as usize, src.len())
+    }
+
+    /// Copies `len` bytes of guest buffers `src`, starting `offset` bytes in.
+    #[inline]
+    pub(crate) fn write_from_segs(
+        &mut self,
+        src: &[Seg],
+        mut offset: usize,
+        mut len: usize,
+    ) -> usize {
+        let start = self.written;
+        for s in src {
+            if len == 0 {
+                break;
+            }
+            let slen = s.len as usize;
+            if offset >= slen {
+                offset -= slen;
+                continue;
+            }
+            let n = (slen - offset).min(len);
+            let done = self.write_raw(s.hva + offset, n);
+            len -= done;
+            offset = 0;
+            if done < n {
+                break;
+            }
+        }
+        self.written - start
+    }
+}

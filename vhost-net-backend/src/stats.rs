@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! Per-queue counters.
+//!
+//! Design: each queue accumulates counts in plain locals during a burst and
+//! publishes them with one `fetch_add` per counter per burst (`Relaxed`: the
+//! counters order nothing, readers only need eventual totals). Counters are
+//! `u64` and never reset while the port exists (a reconnect keeps them), so
+//! readers compute rates from differences; they wrap after 2^64.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why a frame (or a guest buffer) was dropped. Per-packet outcomes are
+/// counted, never logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum DropReason {
+    /// The guest posted no (or not enough) RX buffers.
+    NoBuffers = 0,
+    /// A descriptor index, flag combination, loop or indirect table was
+    /// invalid.
+    BadDescriptor,
+    /// A buffer address or length points outside the guest's memory.
+    BadAddress,
+    /// A chain has more buffers than the engine handles.
+    TooManySegments,
+    /// A frame is shorter than its virtio-net header (or empty).
+    TooShort,
+    /// A frame is longer than the MTU allows or the RX buffers hold.
+    TooLong,
+    /// The frame's offload metadata needs a feature the receiving guest did
+    /// not ack.
+    OffloadUnsupported,
+    /// The guest broke the ring (avail index out of range); the queue stops
+    /// until the frontend restarts it.
+    RingBroken,
+}
+
+impl DropReason {
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; 8] = [
+        DropReason::NoBuffers,
+        DropReason::BadDescriptor,
+        DropReason::BadAddress,
+        DropReason::TooManySegments,
+        DropReason::TooShort,
+        DropReason::TooLong,
+        DropReason::OffloadUnsupported,
+        DropReason::RingBroken,
+    ];
+
+    /// A short snake_case name, for metrics labels and logs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::NoBuffers => "no_buffers",
+            DropReason::BadDescriptor => "bad_descriptor",
+            DropReason::BadAddress => "bad_address",
+            DropReason::TooManySegments => "too_many_segments",
+            DropReason::TooShort => "too_short",
+            DropReason::TooLong => "too_long",
+            DropReason::OffloadUnsupported => "offload_unsupported",
+            DropReason::RingBroken => "ring_broken",
+        }
+    }
+}
+
+const N_REASONS: usize = DropReason::ALL.len();
+
+/// Counters of one virtqueue.
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    /// Frames moved (dequeued from guest TX, or delivered to guest RX).
+    packets: AtomicU64,
+    /// Bytes of those frames, virtio-net header excluded.
+    bytes: AtomicU64,
+    /// Interrupts (call eventfd writes) sent to the guest.
+    notifications: AtomicU64,
+    /// Drops by reason.
+    drops: [AtomicU64; N_REASONS],
+}
+
+/// A plain copy of a queue's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounters {
+    /// Frames moved.
+    pub packets: u64,
+    /// Bytes moved (virtio-net header excluded).
+    pub bytes: u64,
+    /// Interrupts sent to the guest.
+    pub notifications: u64,
+    /// Drops, indexed by `DropReason as usize`.
+    pub drops: [u64; N_REASONS],
+}
+
+impl QueueCounters {
+    /// All drops, whatever the reason.
+    pub fn dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Drops for one reason.
+    pub fn drops_for(&self, r: DropReason) -> u64 {
+        self.drops[r as usize]
+    }
+}
+
+impl QueueStats {
+    /// Reads every counter (each individually atomic).
+    pub fn snapshot(&self) -> QueueCounters {
+        let mut c = QueueCounters {
+            packets: self.packets.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            notifications: self.notifications.load(Ordering::Relaxed),
+            drops: [0; N_REASONS],
+        };
+        for (d, a) in c.drops.iter_mut().zip(&self.drops) {
+            *d = a.load(Ordering::Relaxed);
+        }
+        c
+    }
+
+    /// Adds a burst's local counts.
+    pub(crate) fn add(&self, local: &BurstCounters) {
+        if local.packets != 0 {
+            self.packets.fetch_add(local.packets, Ordering::Relaxed);
+            self.bytes.fetch_add(local.bytes, Ordering::Relaxed);
+        }
+        if local.notifications != 0 {
+            self.notifications
+                .fetch_add(local.notifications, Ordering::Relaxed);
+        }
+        if local.any_drop {
+            for (a, d) in self.drops.iter().zip(&local.drops) {
+                if *d != 0 {
+                    a.fetch_add(*d, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Counts accumulated during one burst.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct BurstCounters {
+    pub packets: u64,
+    pub bytes: u64,
+    pub notifications: u64,
+    pub drops: [u64; N_REASONS],
+    pub any_drop: bool,
+}
+
+impl BurstCounters {
+    #[inline]
+    pub(crate) fn drop(&mut self, r: DropReason) {
+        self.drops[r as usize] += 1;
+        self.any_drop = true;
+    }
+}
