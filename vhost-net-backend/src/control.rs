@@ -310,13 +310,17 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
     }
 
     fn set_vring_num(&mut self, index: u32, num: u32) -> VuResult<()> {
+        let epoch = self.next_epoch;
         let v = self.vring(index)?;
         if num == 0 || num > u32::from(MAX_QUEUE_SIZE) || !num.is_power_of_two() {
             return Err(VuError::InvalidParam);
         }
         v.size = num as u16;
         if v.running.is_some() {
-            v.epoch = 0; // forces a restart with the new size below
+            // A running ring changes size only by restarting it.
+            v.stop();
+            v.epoch = epoch;
+            self.next_epoch += 1;
         }
         self.refresh(index as usize);
         Ok(())
@@ -504,4 +508,246 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
 fn mem_err(e: crate::ring::MemoryError) -> VuError {
     tracing::warn!("memory table refused: {e}");
     VuError::InvalidParam
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Offloads;
+
+    fn ctl(pairs: u16) -> (PortCtl, Vec<Arc<VringShared>>) {
+        let shared: Vec<_> = (0..pairs * 2)
+            .map(|_| Arc::new(VringShared::new().unwrap()))
+            .collect();
+        let params = DeviceParams {
+            name: "t".into(),
+            queue_pairs: pairs,
+            offered: device::offered_features(pairs, Offloads::checksum(), None),
+            max_frame: crate::device::MAX_FRAME_LEN,
+        };
+        (PortCtl::new(params, shared.clone()), shared)
+    }
+
+    fn guest_file(size: u64) -> (tempdir::Dir, File) {
+        let dir = tempdir::Dir::new();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.0.join("mem"))
+            .unwrap();
+        f.set_len(size).unwrap();
+        (dir, f)
+    }
+
+    mod tempdir {
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                use std::sync::atomic::{AtomicU32, Ordering};
+                static N: AtomicU32 = AtomicU32::new(0);
+                let p = std::env::temp_dir().join(format!(
+                    "vhu-ctl-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::Relaxed)
+                ));
+                std::fs::create_dir_all(&p).unwrap();
+                Self(p)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    const GPA: u64 = 0x1_0000_0000;
+    const VA: u64 = 0x7f00_0000_0000;
+    const SIZE: u64 = 1 << 20;
+
+    fn region() -> VhostUserMemoryRegion {
+        VhostUserMemoryRegion::new(GPA, SIZE, VA, 0)
+    }
+
+    #[test]
+    fn features_outside_the_offer_are_refused() {
+        let (mut c, _) = ctl(1);
+        let offered = c.get_features().unwrap();
+        assert!(
+            c.set_features(offered | bits::MQ).is_err(),
+            "MQ not offered with 1 pair"
+        );
+        assert!(c.set_features(offered | (1 << 63)).is_err());
+        assert!(c.set_features(offered).is_ok());
+        assert_eq!(c.acked_features(), offered);
+        // Renegotiation to a smaller set is allowed.
+        assert!(c.set_features(bits::VERSION_1).is_ok());
+        assert_eq!(c.acked_features(), bits::VERSION_1);
+    }
+
+    #[test]
+    fn protocol_features_outside_the_offer_are_refused() {
+        let (mut c, _) = ctl(1);
+        let p = c.get_protocol_features().unwrap();
+        assert!(c.set_protocol_features(p.bits()).is_ok());
+        assert!(c
+            .set_protocol_features(VhostUserProtocolFeatures::INFLIGHT_SHMFD.bits())
+            .is_err());
+        assert_eq!(c.get_max_mem_slots().unwrap(), 509);
+    }
+
+    #[test]
+    fn queue_pair_and_vring_bounds() {
+        let (mut c, _) = ctl(16);
+        assert_eq!(c.get_queue_num().unwrap(), 16);
+        assert!(c.set_vring_num(31, 256).is_ok());
+        assert!(c.set_vring_num(32, 256).is_err(), "vring 32 of 16 pairs");
+        assert!(c.set_vring_kick(32, None).is_err());
+        assert!(c.set_vring_call(200, None).is_err());
+        assert!(c.set_vring_enable(32, true).is_err());
+        assert!(c.get_vring_base(32).is_err());
+        for bad in [0, 3, 100, 65536, u32::MAX] {
+            assert!(c.set_vring_num(0, bad).is_err(), "size {bad}");
+        }
+        for good in [1, 2, 256, 32768] {
+            assert!(c.set_vring_num(0, good).is_ok(), "size {good}");
+        }
+        assert!(
+            c.set_vring_base(0, 70000).is_err(),
+            "split ring base is 16 bits"
+        );
+    }
+
+    #[test]
+    fn ring_addresses_are_translated_and_checked() {
+        let (mut c, _) = ctl(1);
+        assert!(
+            c.set_vring_addr(
+                0,
+                VhostUserVringAddrFlags::empty(),
+                VA,
+                VA + 0x2000,
+                VA + 0x1000,
+                0
+            )
+            .is_err(),
+            "no memory table yet"
+        );
+        let (_d, f) = guest_file(SIZE);
+        c.set_mem_table(&[region()], vec![f], None).unwrap();
+        assert!(c
+            .set_vring_addr(
+                0,
+                VhostUserVringAddrFlags::empty(),
+                VA,
+                VA + 0x2000,
+                VA + 0x1000,
+                0
+            )
+            .is_ok());
+        assert!(
+            c.set_vring_addr(
+                0,
+                VhostUserVringAddrFlags::empty(),
+                VA + 8,
+                VA + 0x2000,
+                VA + 0x1000,
+                0
+            )
+            .is_err(),
+            "misaligned descriptor table"
+        );
+        assert!(
+            c.set_vring_addr(0, VhostUserVringAddrFlags::empty(), VA + SIZE, VA, VA, 0)
+                .is_err(),
+            "outside the table"
+        );
+    }
+
+    #[test]
+    fn memory_tables_are_validated() {
+        let (mut c, _) = ctl(1);
+        let (_d, f1) = guest_file(SIZE);
+        let (_d2, f2) = guest_file(SIZE);
+        let overlap = VhostUserMemoryRegion::new(GPA + 0x1000, SIZE, VA + 2 * SIZE, 0);
+        assert!(c
+            .set_mem_table(&[region(), overlap], vec![f1, f2], None)
+            .is_err());
+        let (_d3, f3) = guest_file(SIZE);
+        let empty = VhostUserMemoryRegion::new(GPA, 0, VA, 0);
+        assert!(c.set_mem_table(&[empty], vec![f3], None).is_err());
+        let (_d4, f4) = guest_file(SIZE);
+        let wraps = VhostUserMemoryRegion::new(u64::MAX - 10, SIZE, VA, 0);
+        assert!(c.set_mem_table(&[wraps], vec![f4], None).is_err());
+        // Hotplug: add then remove a region.
+        let (_d5, f5) = guest_file(SIZE);
+        c.set_mem_table(&[region()], vec![f5], None).unwrap();
+        let (_d6, f6) = guest_file(SIZE);
+        let extra = VhostUserSingleMemoryRegion::new(GPA + 4 * SIZE, SIZE, VA + 4 * SIZE, 0);
+        c.add_mem_region(&extra, f6, None).unwrap();
+        assert_eq!(c.mem.num_regions(), 2);
+        c.remove_mem_region(&extra).unwrap();
+        assert_eq!(c.mem.num_regions(), 1);
+        assert!(c.remove_mem_region(&extra).is_err(), "already removed");
+    }
+
+    #[test]
+    fn reset_forgets_the_connection() {
+        let (mut c, shared) = ctl(1);
+        c.set_owner().unwrap();
+        assert!(c.set_owner().is_err(), "second SET_OWNER");
+        let (_d, f) = guest_file(SIZE);
+        c.set_mem_table(&[region()], vec![f], None).unwrap();
+        let offered = c.get_features().unwrap();
+        c.set_features(offered).unwrap();
+        c.set_vring_num(0, 256).unwrap();
+        c.set_vring_addr(
+            0,
+            VhostUserVringAddrFlags::empty(),
+            VA,
+            VA + 0x2000,
+            VA + 0x1000,
+            0,
+        )
+        .unwrap();
+        c.set_vring_base(0, 5).unwrap();
+        c.set_vring_kick(0, None).unwrap();
+        c.set_vring_enable(0, true).unwrap();
+        assert!(c.vrings[0].running.is_some(), "started and enabled");
+        assert_eq!(c.vrings[0].running.as_ref().unwrap().base, 5);
+        // Disabling stops it; GET_VRING_BASE reports the base (no data plane
+        // attached consumed anything).
+        c.set_vring_enable(0, false).unwrap();
+        assert!(c.vrings[0].running.is_none());
+        let state = c.get_vring_base(0).unwrap();
+        assert_eq!({ state.num }, 5);
+        c.reset_connection();
+        assert_eq!(c.acked_features(), 0);
+        assert_eq!(c.mem.num_regions(), 0);
+        assert!(c.vrings.iter().all(|v| v.running.is_none() && !v.started));
+        assert!(c.set_owner().is_ok(), "a new connection may own the device");
+        drop(shared);
+    }
+
+    #[test]
+    fn without_protocol_features_rings_start_enabled() {
+        let (mut c, _) = ctl(1);
+        let (_d, f) = guest_file(SIZE);
+        c.set_mem_table(&[region()], vec![f], None).unwrap();
+        c.set_features(bits::VERSION_1).unwrap();
+        c.set_vring_num(1, 64).unwrap();
+        c.set_vring_addr(
+            1,
+            VhostUserVringAddrFlags::empty(),
+            VA,
+            VA + 0x2000,
+            VA + 0x1000,
+            0,
+        )
+        .unwrap();
+        c.set_vring_kick(1, None).unwrap();
+        assert!(c.vrings[1].running.is_some());
+    }
 }

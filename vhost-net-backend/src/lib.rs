@@ -65,7 +65,7 @@ pub mod queue;
 mod ring;
 pub mod stats;
 /// An in-process virtio-net driver (the guest side), for tests, benches and fuzzers.
-#[cfg(any(test, feature = "test-utils"))]
+#[cfg(feature = "test-utils")]
 #[allow(unsafe_code, missing_docs)]
 pub mod test_utils;
 

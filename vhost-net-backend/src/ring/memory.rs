@@ -254,11 +254,25 @@ impl GuestMemory {
             .map(|r| (r.gpa, r.len, r.vmm_va, r.mmap_offset))
     }
 
+    /// Anonymous memory at the given (guest physical address, size)
+    /// ranges, for tests that lay out rings by hand.
     #[cfg(test)]
-    pub(crate) fn regions_keepalive(&self) -> usize {
-        self.regions
+    pub(crate) fn anonymous(ranges: &[(u64, usize)]) -> Self {
+        let regions = ranges
             .iter()
-            .map(|r| Arc::strong_count(&r._map))
-            .sum()
+            .map(|&(gpa, size)| {
+                let m = vm_memory::MmapRegion::<()>::new(size).expect("anonymous mapping");
+                let map = GuestRegionMmap::new(m, GuestAddress(gpa)).expect("region");
+                Region {
+                    gpa,
+                    len: size as u64,
+                    hva: map.as_ptr() as usize,
+                    vmm_va: gpa,
+                    mmap_offset: 0,
+                    _map: Arc::new(map),
+                }
+            })
+            .collect();
+        Self::from_regions(regions).expect("valid test layout")
     }
 }

@@ -198,3 +198,6 @@ impl<'a> SegWriter<'a> {
         self.written - start
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,509 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! Ring engine tests over hand-laid rings in anonymous memory: valid chains
+//! of every shape, and the hostile ones a guest can write.
+
+use std::sync::Arc;
+
+use super::memory::GuestMemory;
+use super::split::{SplitLayout, SplitRing};
+use super::{copy_from_segs, SegVec, SegWriter};
+use crate::stats::DropReason;
+
+const NEXT: u16 = 1;
+const WRITE: u16 = 2;
+const INDIRECT: u16 = 4;
+
+const BASE: u64 = 0x1_0000_0000;
+const MEM: usize = 1 << 20;
+const N: u16 = 16;
+const DESC: u64 = BASE;
+const AVAIL: u64 = BASE + 0x1000;
+const USED: u64 = BASE + 0x2000;
+const DATA: u64 = BASE + 0x10000;
+
+struct Guest {
+    mem: Arc<GuestMemory>,
+}
+
+impl Guest {
+    fn new() -> Self {
+        Self {
+            mem: Arc::new(GuestMemory::anonymous(&[(BASE, MEM)])),
+        }
+    }
+
+    fn write(&self, gpa: u64, bytes: &[u8]) {
+        let mut hint = 0;
+        let hva = self
+            .mem
+            .translate(gpa, bytes.len() as u64, &mut hint)
+            .expect("test writes inside memory");
+        // SAFETY: `hva..hva+len` was translated inside the anonymous mapping
+        // kept alive by `self.mem`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), hva as *mut u8, bytes.len()) };
+    }
+
+    fn read(&self, gpa: u64, len: usize) -> Vec<u8> {
+        let mut hint = 0;
+        let hva = self
+            .mem
+            .translate(gpa, len as u64, &mut hint)
+            .expect("inside");
+        let mut v = vec![0u8; len];
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::copy_nonoverlapping(hva as *const u8, v.as_mut_ptr(), len) };
+        v
+    }
+
+    fn desc_at(&self, table: u64, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&addr.to_le_bytes());
+        b[8..12].copy_from_slice(&len.to_le_bytes());
+        b[12..14].copy_from_slice(&flags.to_le_bytes());
+        b[14..].copy_from_slice(&next.to_le_bytes());
+        self.write(table + 16 * u64::from(i), &b);
+    }
+
+    fn desc(&self, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
+        self.desc_at(DESC, i, addr, len, flags, next);
+    }
+
+    /// Publishes `heads` in the avail ring starting at slot `from`.
+    fn avail(&self, from: u16, heads: &[u16]) {
+        for (k, h) in heads.iter().enumerate() {
+            let slot = (from as usize + k) % N as usize;
+            self.write(AVAIL + 4 + 2 * slot as u64, &h.to_le_bytes());
+        }
+        self.write(
+            AVAIL + 2,
+            &(from.wrapping_add(heads.len() as u16)).to_le_bytes(),
+        );
+    }
+
+    fn used_idx(&self) -> u16 {
+        u16::from_le_bytes(self.read(USED + 2, 2).try_into().unwrap())
+    }
+
+    fn used_elem(&self, slot: u16) -> (u32, u32) {
+        let b = self.read(USED + 4 + 8 * u64::from(slot % N), 8);
+        (
+            u32::from_le_bytes(b[..4].try_into().unwrap()),
+            u32::from_le_bytes(b[4..].try_into().unwrap()),
+        )
+    }
+
+    fn ring(&self, event_idx: bool, indirect: bool) -> SplitRing {
+        SplitRing::new(
+            Arc::clone(&self.mem),
+            SplitLayout {
+                desc: DESC,
+                avail: AVAIL,
+                used: USED,
+                size: N,
+            },
+            0,
+            event_idx,
+            indirect,
+        )
+        .expect("valid ring")
+    }
+}
+
+fn parse(g: &Guest, ring: &mut SplitRing, writable: bool) -> Result<(u32, usize), DropReason> {
+    assert!(ring.refresh_avail() > 0, "nothing available");
+    let head = ring.pop_head();
+    let mut segs = SegVec::with_capacity(super::MAX_CHAIN_SEGS);
+    let len = ring.parse_chain(head, writable, &mut segs)?;
+    let _ = g;
+    Ok((len, segs.len()))
+}
+
+#[test]
+fn single_and_multi_descriptor_chains() {
+    let g = Guest::new();
+    let payload: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    g.write(DATA, &payload);
+    // Chain 0: one descriptor. Chain 1: three descriptors (12 + 1000 + rest).
+    g.desc(0, DATA, 3000, 0, 0);
+    g.desc(1, DATA, 12, NEXT, 2);
+    g.desc(2, DATA + 12, 1000, NEXT, 3);
+    g.desc(3, DATA + 1012, 1988, 0, 0);
+    g.avail(0, &[0, 1]);
+    let mut ring = g.ring(false, false);
+    assert_eq!(ring.refresh_avail(), 2);
+    let mut segs = SegVec::with_capacity(64);
+    for head in [0u16, 1] {
+        assert_eq!(ring.pop_head(), head);
+        segs.clear();
+        assert_eq!(ring.parse_chain(head, false, &mut segs), Ok(3000));
+        let mut out = vec![0u8; 3000];
+        assert_eq!(copy_from_segs(segs.as_slice(), 0, &mut out), 3000);
+        assert_eq!(out, payload);
+        let mut tail = [0u8; 10];
+        assert_eq!(copy_from_segs(segs.as_slice(), 2995, &mut tail), 5);
+        assert_eq!(&tail[..5], &payload[2995..]);
+        ring.push_used(head, 0);
+    }
+    assert_eq!(g.used_idx(), 0, "published before publish_used");
+    assert!(ring.publish_used());
+    assert_eq!(g.used_idx(), 2);
+    assert_eq!(g.used_elem(0), (0, 0));
+    assert_eq!(g.used_elem(1), (1, 0));
+    assert!(!ring.publish_used(), "nothing new to publish");
+}
+
+#[test]
+fn indirect_table_is_followed_once() {
+    let g = Guest::new();
+    let table = DATA + 0x8000;
+    g.desc_at(table, 0, DATA, 100, NEXT, 1);
+    g.desc_at(table, 1, DATA + 100, 200, NEXT, 2);
+    g.desc_at(table, 2, DATA + 300, 300, 0, 0);
+    g.desc(0, table, 48, INDIRECT, 0);
+    g.avail(0, &[0]);
+    let mut ring = g.ring(false, true);
+    assert_eq!(parse(&g, &mut ring, false), Ok((600, 3)));
+
+    // Without INDIRECT_DESC negotiated the same chain is refused.
+    let mut ring = g.ring(false, false);
+    assert_eq!(parse(&g, &mut ring, false), Err(DropReason::BadDescriptor));
+}
+
+#[test]
+fn hostile_chains_are_refused() {
+    let cases: Vec<(
+        &str,
+        Box<dyn Fn(&Guest)>,
+        bool,
+        Result<(u32, usize), DropReason>,
+    )> = vec![
+        (
+            "self loop",
+            Box::new(|g: &Guest| g.desc(0, DATA, 10, NEXT, 0)),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "two-descriptor loop",
+            Box::new(|g: &Guest| {
+                g.desc(0, DATA, 10, NEXT, 1);
+                g.desc(1, DATA, 10, NEXT, 0);
+            }),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "next out of range",
+            Box::new(|g: &Guest| g.desc(0, DATA, 10, NEXT, N)),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "address outside memory",
+            Box::new(|g: &Guest| g.desc(0, 0x1000, 10, 0, 0)),
+            false,
+            Err(DropReason::BadAddress),
+        ),
+        (
+            "buffer running past the end",
+            Box::new(|g: &Guest| g.desc(0, BASE + MEM as u64 - 4, 10, 0, 0)),
+            false,
+            Err(DropReason::BadAddress),
+        ),
+        (
+            "4 GiB length",
+            Box::new(|g: &Guest| g.desc(0, DATA, u32::MAX, 0, 0)),
+            false,
+            Err(DropReason::BadAddress),
+        ),
+        (
+            "address wraps",
+            Box::new(|g: &Guest| g.desc(0, u64::MAX - 4, 100, 0, 0)),
+            false,
+            Err(DropReason::BadAddress),
+        ),
+        (
+            "writable buffer in a TX chain",
+            Box::new(|g: &Guest| g.desc(0, DATA, 10, WRITE, 0)),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "read-only buffer in an RX chain",
+            Box::new(|g: &Guest| g.desc(0, DATA, 10, 0, 0)),
+            true,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "indirect inside indirect",
+            Box::new(|g: &Guest| {
+                let t = DATA + 0x8000;
+                let t2 = DATA + 0x9000;
+                g.desc_at(t2, 0, DATA, 10, 0, 0);
+                g.desc_at(t, 0, t2, 16, INDIRECT, 0);
+                g.desc(0, t, 16, INDIRECT, 0);
+            }),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "indirect with NEXT",
+            Box::new(|g: &Guest| {
+                let t = DATA + 0x8000;
+                g.desc_at(t, 0, DATA, 10, 0, 0);
+                g.desc(0, t, 16, INDIRECT | NEXT, 1);
+                g.desc(1, DATA, 10, 0, 0);
+            }),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "indirect table of odd length",
+            Box::new(|g: &Guest| g.desc(0, DATA + 0x8000, 24, INDIRECT, 0)),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "empty indirect table",
+            Box::new(|g: &Guest| g.desc(0, DATA + 0x8000, 0, INDIRECT, 0)),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "indirect table outside memory",
+            Box::new(|g: &Guest| g.desc(0, 0x2000, 64, INDIRECT, 0)),
+            false,
+            Err(DropReason::BadAddress),
+        ),
+        (
+            "loop inside an indirect table",
+            Box::new(|g: &Guest| {
+                let t = DATA + 0x8000;
+                g.desc_at(t, 0, DATA, 10, NEXT, 1);
+                g.desc_at(t, 1, DATA, 10, NEXT, 0);
+                g.desc(0, t, 32, INDIRECT, 0);
+            }),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "indirect next out of its table",
+            Box::new(|g: &Guest| {
+                let t = DATA + 0x8000;
+                g.desc_at(t, 0, DATA, 10, NEXT, 5);
+                g.desc(0, t, 32, INDIRECT, 0);
+            }),
+            false,
+            Err(DropReason::BadDescriptor),
+        ),
+        (
+            "zero-length descriptors are skipped",
+            Box::new(|g: &Guest| {
+                g.desc(0, DATA, 0, NEXT, 1);
+                g.desc(1, DATA, 20, 0, 0);
+            }),
+            false,
+            Ok((20, 1)),
+        ),
+        (
+            "odd indirect table address still parses",
+            Box::new(|g: &Guest| {
+                let t = DATA + 0x8003;
+                g.desc_at(t, 0, DATA, 10, 0, 0);
+                g.desc(0, t, 16, INDIRECT, 0);
+            }),
+            false,
+            Ok((10, 1)),
+        ),
+    ];
+    for (name, setup, writable, want) in cases {
+        let g = Guest::new();
+        setup(&g);
+        g.avail(0, &[0]);
+        let mut ring = g.ring(false, true);
+        assert_eq!(parse(&g, &mut ring, writable), want, "{name}");
+    }
+}
+
+#[test]
+fn too_many_segments_is_refused() {
+    let g = Guest::new();
+    for i in 0..N {
+        g.desc(
+            i,
+            DATA + u64::from(i) * 8,
+            8,
+            if i + 1 < N { NEXT } else { 0 },
+            i + 1,
+        );
+    }
+    g.avail(0, &[0]);
+    let mut ring = g.ring(false, false);
+    ring.refresh_avail();
+    let head = ring.pop_head();
+    let mut small = SegVec::with_capacity(4);
+    assert_eq!(
+        ring.parse_chain(head, false, &mut small),
+        Err(DropReason::TooManySegments)
+    );
+}
+
+#[test]
+fn head_out_of_range_is_refused() {
+    let g = Guest::new();
+    g.avail(0, &[N + 3]);
+    let mut ring = g.ring(false, false);
+    assert_eq!(parse(&g, &mut ring, false), Err(DropReason::BadDescriptor));
+}
+
+#[test]
+fn avail_index_too_far_ahead_breaks_the_ring() {
+    let g = Guest::new();
+    g.write(AVAIL + 2, &(N + 1).to_le_bytes());
+    let mut ring = g.ring(false, false);
+    assert_eq!(ring.refresh_avail(), 0);
+    assert!(ring.is_broken());
+    // Exactly N outstanding is legal.
+    let g = Guest::new();
+    g.write(AVAIL + 2, &N.to_le_bytes());
+    let mut ring = g.ring(false, false);
+    assert_eq!(ring.refresh_avail(), N);
+    assert!(!ring.is_broken());
+}
+
+#[test]
+fn buffer_spanning_two_regions_is_split() {
+    // Two adjacent regions; a buffer crossing the boundary becomes two
+    // segments and reads back whole.
+    let mem = Arc::new(GuestMemory::anonymous(&[
+        (BASE, MEM),
+        (BASE + MEM as u64, MEM),
+    ]));
+    let g = Guest { mem };
+    let start = BASE + MEM as u64 - 100;
+    let bytes: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    g.write(start, &bytes[..100]);
+    g.write(BASE + MEM as u64, &bytes[100..]);
+    g.desc(0, start, 300, 0, 0);
+    g.avail(0, &[0]);
+    let mut ring = g.ring(false, false);
+    ring.refresh_avail();
+    let head = ring.pop_head();
+    let mut segs = SegVec::with_capacity(64);
+    assert_eq!(ring.parse_chain(head, false, &mut segs), Ok(300));
+    assert_eq!(segs.len(), 2);
+    let mut out = vec![0u8; 300];
+    copy_from_segs(segs.as_slice(), 0, &mut out);
+    assert_eq!(out, bytes);
+}
+
+#[test]
+fn ring_outside_memory_is_refused() {
+    let g = Guest::new();
+    let bad = SplitLayout {
+        desc: BASE + MEM as u64 - 8,
+        avail: AVAIL,
+        used: USED,
+        size: N,
+    };
+    assert!(SplitRing::new(Arc::clone(&g.mem), bad, 0, false, false).is_err());
+    let odd = SplitLayout {
+        desc: DESC,
+        avail: AVAIL,
+        used: USED,
+        size: 12,
+    };
+    assert!(SplitRing::new(Arc::clone(&g.mem), odd, 0, false, false).is_err());
+}
+
+#[test]
+fn writer_spreads_over_segments() {
+    let g = Guest::new();
+    g.desc(0, DATA, 5, WRITE | NEXT, 1);
+    g.desc(1, DATA + 100, 7, WRITE, 0);
+    g.avail(0, &[0]);
+    let mut ring = g.ring(false, false);
+    ring.refresh_avail();
+    let head = ring.pop_head();
+    let mut segs = SegVec::with_capacity(8);
+    assert_eq!(ring.parse_chain(head, true, &mut segs), Ok(12));
+    let mut w = SegWriter::new(segs.as_slice());
+    assert_eq!(w.write(b"hello"), 5);
+    assert_eq!(w.write(b" world!!!"), 7, "truncated at the chain's end");
+    assert_eq!(g.read(DATA, 5), b"hello");
+    assert_eq!(g.read(DATA + 100, 7), b" world!");
+}
+
+#[test]
+fn event_idx_notification_follows_used_event() {
+    let g = Guest::new();
+    for i in 0..4 {
+        g.desc(i, DATA, 10, 0, 0);
+    }
+    g.avail(0, &[0, 1, 2, 3]);
+    let mut ring = g.ring(true, false);
+    // used_event lives after the avail ring.
+    let used_event = AVAIL + 4 + 2 * u64::from(N);
+    g.write(used_event, &0u16.to_le_bytes());
+    ring.refresh_avail();
+    let h = ring.pop_head();
+    ring.push_used(h, 0);
+    ring.publish_used();
+    assert!(ring.needs_notification(), "first notification always fires");
+    // Driver wants a call only once used passes 2 (used_event = 2).
+    g.write(used_event, &2u16.to_le_bytes());
+    let h = ring.pop_head();
+    ring.push_used(h, 0);
+    ring.publish_used(); // used = 2
+    assert!(
+        !ring.needs_notification(),
+        "used went 1 -> 2, event 2 not crossed"
+    );
+    let h = ring.pop_head();
+    ring.push_used(h, 0);
+    ring.publish_used(); // used = 3
+    assert!(
+        ring.needs_notification(),
+        "used went 2 -> 3, crossed event 2"
+    );
+
+    // Without EVENT_IDX, VRING_AVAIL_F_NO_INTERRUPT suppresses calls.
+    let mut ring = g.ring(false, false);
+    g.write(AVAIL, &1u16.to_le_bytes());
+    assert!(!ring.needs_notification());
+    g.write(AVAIL, &0u16.to_le_bytes());
+    assert!(ring.needs_notification());
+}
+
+#[test]
+fn kick_suppression_and_the_race_check() {
+    let g = Guest::new();
+    let avail_event = USED + 4 + 8 * u64::from(N);
+    let mut ring = g.ring(true, false);
+    assert_eq!(
+        g.read(avail_event, 2),
+        0u16.to_le_bytes(),
+        "a new ring asks for the next kick"
+    );
+    ring.disable_notification();
+    g.desc(0, DATA, 10, 0, 0);
+    g.avail(0, &[0]);
+    assert!(
+        ring.enable_notification(),
+        "work arrived while kicks were off"
+    );
+    ring.refresh_avail();
+    ring.pop_head();
+    assert!(!ring.enable_notification());
+    assert_eq!(g.read(avail_event, 2), 1u16.to_le_bytes());
+
+    let mut ring = g.ring(false, false);
+    ring.disable_notification();
+    assert_eq!(
+        g.read(USED, 2),
+        1u16.to_le_bytes(),
+        "VRING_USED_F_NO_NOTIFY"
+    );
+    ring.enable_notification();
+    assert_eq!(g.read(USED, 2), 0u16.to_le_bytes());
+}
