@@ -202,7 +202,7 @@ fn run(args: &Args, qps: &mut [QueuePair], stop: &AtomicBool) -> std::io::Result
 /// dropping; frames are dropped (and counted) only when RX is not running.
 fn echo_burst(qp: &mut QueuePair, burst: usize) -> usize {
     let limit = if qp.rx.is_running() {
-        qp.rx.available().min(burst)
+        qp.rx.available(burst)
     } else {
         burst
     };

@@ -29,7 +29,7 @@ use vhost::VhostUserMemoryRegionBase;
 use crate::device::{self, bits, Negotiated, MAX_MEM_SLOTS, MAX_QUEUE_SIZE};
 use crate::queue::{RingConfig, VringShared};
 use crate::ring::memory::RegionDesc;
-use crate::ring::{GuestMemory, SplitLayout};
+use crate::ring::{GuestMemory, Layout, PackedLayout, SplitLayout};
 
 /// What the handler needs to know about its port.
 #[derive(Debug, Clone)]
@@ -46,7 +46,8 @@ struct VringCtl {
     size: u16,
     /// desc, avail, used guest physical addresses.
     addr: Option<(u64, u64, u64)>,
-    base: u16,
+    /// `SET_VRING_BASE` (packed rings: both indices and wrap counters).
+    base: u32,
     kick: Option<Arc<File>>,
     call: Option<Arc<File>>,
     started: bool,
@@ -153,14 +154,24 @@ impl PortCtl {
         let v = &mut self.vrings[i];
         let desired = match (v.started && v.enabled, v.addr) {
             (true, Some((desc, avail, used))) if v.size > 0 && mem.num_regions() > 0 => {
-                Some(RingConfig {
-                    mem,
-                    layout: SplitLayout {
+                let layout = if features.packed() {
+                    Layout::Packed(PackedLayout {
+                        desc,
+                        driver: avail,
+                        device: used,
+                        size: v.size,
+                    })
+                } else {
+                    Layout::Split(SplitLayout {
                         desc,
                         avail,
                         used,
                         size: v.size,
-                    },
+                    })
+                };
+                Some(RingConfig {
+                    mem,
+                    layout,
                     base: v.base,
                     epoch: v.epoch,
                     kick: v.kick.clone(),
@@ -193,8 +204,8 @@ impl PortCtl {
             }
             Some(cfg) => {
                 tracing::debug!(
-                    "port {name}: vring {i}: running (size {}, base {}, epoch {})",
-                    cfg.layout.size,
+                    "port {name}: vring {i}: running ({:?}, base {:#x}, epoch {})",
+                    cfg.layout,
                     cfg.base,
                     cfg.epoch
                 );
@@ -311,8 +322,10 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
 
     fn set_vring_num(&mut self, index: u32, num: u32) -> VuResult<()> {
         let epoch = self.next_epoch;
+        // Packed rings may have any size; split rings need a power of two.
+        let packed = Negotiated::new(self.acked).packed();
         let v = self.vring(index)?;
-        if num == 0 || num > u32::from(MAX_QUEUE_SIZE) || !num.is_power_of_two() {
+        if num == 0 || num > u32::from(MAX_QUEUE_SIZE) || (!packed && !num.is_power_of_two()) {
             return Err(VuError::InvalidParam);
         }
         v.size = num as u16;
@@ -338,7 +351,14 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
         let mem = Arc::clone(&self.mem);
         let to_gpa = |va: u64| mem.vmm_va_to_gpa(va).ok_or(VuError::InvalidParam);
         let (d, a, u) = (to_gpa(descriptor)?, to_gpa(available)?, to_gpa(used)?);
-        if d % 16 != 0 || a % 2 != 0 || u % 4 != 0 {
+        // Split: desc 16, avail 2, used 4. Packed: desc 16, both event
+        // suppression areas 4.
+        let avail_align = if Negotiated::new(self.acked).packed() {
+            4
+        } else {
+            2
+        };
+        if d % 16 != 0 || a % avail_align != 0 || u % 4 != 0 {
             return Err(VuError::InvalidParam);
         }
         let v = self.vring(index)?;
@@ -348,9 +368,14 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
     }
 
     fn set_vring_base(&mut self, index: u32, base: u32) -> VuResult<()> {
+        let packed = Negotiated::new(self.acked).packed();
         let v = self.vring(index)?;
-        // Split rings only: the base is a 16-bit avail index.
-        v.base = u16::try_from(base).map_err(|_| VuError::InvalidParam)?;
+        // A split ring's base is a 16-bit avail index; a packed ring's packs
+        // both indices and wrap counters (checked against the size at start).
+        if !packed && base > u32::from(u16::MAX) {
+            return Err(VuError::InvalidParam);
+        }
+        v.base = base;
         Ok(())
     }
 
@@ -360,7 +385,7 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
         v.started = false;
         v.kick = None;
         v.call = None;
-        Ok(VhostUserVringState::new(index, u32::from(v.base)))
+        Ok(VhostUserVringState::new(index, v.base))
     }
 
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {

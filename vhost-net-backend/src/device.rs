@@ -55,6 +55,11 @@ pub mod bits {
     pub const EVENT_IDX: u64 = bit(VIRTIO_RING_F_EVENT_IDX);
     /// `VIRTIO_RING_F_INDIRECT_DESC`.
     pub const INDIRECT_DESC: u64 = bit(VIRTIO_RING_F_INDIRECT_DESC);
+    /// `VIRTIO_F_RING_PACKED`: the packed virtqueue layout.
+    pub const RING_PACKED: u64 = 1 << 34;
+    /// `VIRTIO_F_IN_ORDER`: buffers are used in the order they were made
+    /// available (the engine always does).
+    pub const IN_ORDER: u64 = 1 << 35;
     /// `VIRTIO_NET_F_MQ`.
     pub const MQ: u64 = bit(VIRTIO_NET_F_MQ);
     /// `VIRTIO_NET_F_MTU`.
@@ -187,6 +192,8 @@ pub fn offered_features(queue_pairs: u16, offloads: Offloads, mtu: Option<u16>) 
         | bits::MRG_RXBUF
         | bits::EVENT_IDX
         | bits::INDIRECT_DESC
+        | bits::RING_PACKED
+        | bits::IN_ORDER
         | bits::PROTOCOL_FEATURES
         | offloads.bits();
     if queue_pairs > 1 {
@@ -248,6 +255,11 @@ impl Negotiated {
         self.has(bits::EVENT_IDX)
     }
 
+    /// Whether the rings use the packed layout.
+    pub const fn packed(self) -> bool {
+        self.has(bits::RING_PACKED)
+    }
+
     /// Whether the driver may use indirect descriptor tables.
     pub const fn indirect(self) -> bool {
         self.has(bits::INDIRECT_DESC)
@@ -266,6 +278,8 @@ mod tests {
             bits::MRG_RXBUF,
             bits::EVENT_IDX,
             bits::INDIRECT_DESC,
+            bits::RING_PACKED,
+            bits::IN_ORDER,
             bits::PROTOCOL_FEATURES,
         ] {
             assert_eq!(f & b, b, "bit {b:#x} missing");

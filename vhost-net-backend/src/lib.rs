@@ -64,9 +64,10 @@ pub mod port;
 pub mod queue;
 mod ring;
 pub mod stats;
+pub mod sys;
 /// An in-process virtio-net driver (the guest side), for tests, benches and fuzzers.
 #[cfg(feature = "test-utils")]
-#[allow(unsafe_code, missing_docs)]
+#[allow(missing_docs)]
 pub mod test_utils;
 
 pub use device::{Offloads, MAX_QUEUE_PAIRS};

@@ -27,6 +27,7 @@ use crate::control::{DeviceParams, PortCtl};
 use crate::device::{self, Offloads, MAX_FRAME_LEN, MAX_QUEUE_PAIRS};
 use crate::queue::{QueuePair, VringShared};
 use crate::stats::QueueCounters;
+use crate::sys;
 
 /// Who creates the vhost-user socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -413,8 +414,20 @@ fn serve_connection(inner: &PortInner, stream: UnixStream) {
     }
     inner.connected.store(true, Ordering::Release);
     tracing::info!("port {}: frontend connected (connection {n})", inner.name);
+    let peek_sock = match stream.try_clone() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("port {}: {e}", inner.name);
+            return;
+        }
+    };
     let mut handler = BackendReqHandler::from_stream(stream, Arc::clone(&inner.ctl));
     let why = loop {
+        match early_vring_enable(inner, &peek_sock) {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(e) => break e,
+        }
         if let Err(e) = handler.handle_request() {
             break e;
         }
@@ -428,4 +441,67 @@ fn serve_connection(inner: &PortInner, stream: UnixStream) {
     *lock(&inner.connection) = None;
     lock(&inner.ctl).reset_connection();
     inner.connected.store(false, Ordering::Release);
+}
+
+/// `VHOST_USER_SET_VRING_ENABLE`.
+const REQ_SET_VRING_ENABLE: u32 = 18;
+/// Header flags: protocol version 1, reply, need-reply.
+const HDR_VERSION_1: u32 = 0x1;
+const HDR_REPLY: u32 = 0x4;
+const HDR_NEED_REPLY: u32 = 0x8;
+
+/// Handles a `SET_VRING_ENABLE` that arrives before `SET_FEATURES` acked
+/// `PROTOCOL_FEATURES`.
+///
+/// QEMU sends one per vring right after the protocol-feature handshake,
+/// with `NEED_REPLY`, and waits for the ack; the `vhost` crate refuses the
+/// message without replying (the feature is not acked yet), which would hang
+/// the frontend. We peek at each header and take this one message ourselves:
+/// the requested state is recorded (it applies once the ring starts) and
+/// acked. Returns whether a message was consumed.
+fn early_vring_enable(
+    inner: &PortInner,
+    sock: &UnixStream,
+) -> Result<bool, vhost::vhost_user::Error> {
+    use std::io::{Read, Write};
+    use vhost::vhost_user::Error as E;
+    use vhost::vhost_user::VhostUserBackendReqHandlerMut;
+
+    let mut hdr = [0u8; 12];
+    match sys::peek(sock, &mut hdr) {
+        Ok(0) => return Err(E::Disconnected),
+        Ok(n) if n < hdr.len() => return Ok(false), // let the crate report it
+        Ok(_) => {}
+        Err(e) => return Err(E::SocketError(e)),
+    }
+    let word = |i: usize| u32::from_le_bytes(hdr[i..i + 4].try_into().expect("4 bytes"));
+    let (request, flags, size) = (word(0), word(4), word(8));
+    let protocol_acked = lock(&inner.ctl).acked_features() & device::bits::PROTOCOL_FEATURES != 0;
+    if request != REQ_SET_VRING_ENABLE || protocol_acked || size != 8 {
+        return Ok(false);
+    }
+    let mut msg = [0u8; 20];
+    (&*sock).read_exact(&mut msg).map_err(E::SocketBroken)?;
+    let index = u32::from_le_bytes(msg[12..16].try_into().expect("4 bytes"));
+    let num = u32::from_le_bytes(msg[16..20].try_into().expect("4 bytes"));
+    let res = match num {
+        0 | 1 => lock(&inner.ctl).set_vring_enable(index, num == 1),
+        _ => Err(E::InvalidParam),
+    };
+    tracing::debug!(
+        "port {}: SET_VRING_ENABLE({index}, {num}) before features were acked: {}",
+        inner.name,
+        if res.is_ok() { "recorded" } else { "refused" }
+    );
+    if flags & HDR_NEED_REPLY != 0 {
+        let mut reply = [0u8; 20];
+        reply[0..4].copy_from_slice(&REQ_SET_VRING_ENABLE.to_le_bytes());
+        reply[4..8].copy_from_slice(&(HDR_VERSION_1 | HDR_REPLY).to_le_bytes());
+        reply[8..12].copy_from_slice(&8u32.to_le_bytes());
+        reply[12..20].copy_from_slice(&u64::from(res.is_err()).to_le_bytes());
+        (&*sock).write_all(&reply).map_err(E::SocketBroken)?;
+    } else {
+        res?;
+    }
+    Ok(true)
 }

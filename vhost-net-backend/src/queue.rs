@@ -30,9 +30,9 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::device::{bits, Negotiated, MAX_FRAME_LEN};
 use crate::net_hdr::{self, VirtioNetHdr, MAX_HDR_LEN};
-use crate::ring::split::SplitRing;
 use crate::ring::{
-    copy_from_segs, GuestMemory, Seg, SegVec, SegWriter, SplitLayout, MAX_CHAIN_SEGS,
+    copy_from_segs, GuestMemory, Layout, Popped, Ring, Seg, SegVec, SegWriter, UsedId,
+    MAX_CHAIN_SEGS,
 };
 use crate::stats::{BurstCounters, DropReason, QueueCounters, QueueStats};
 
@@ -51,9 +51,10 @@ pub const MAX_RX_CHAINS: usize = 256;
 #[derive(Debug)]
 pub(crate) struct RingConfig {
     pub mem: Arc<GuestMemory>,
-    pub layout: SplitLayout,
-    /// Where to start consuming avail entries (`SET_VRING_BASE`).
-    pub base: u16,
+    pub layout: Layout,
+    /// Where to start (`SET_VRING_BASE`; for packed rings both indices and
+    /// wrap counters).
+    pub base: u32,
     /// Bumped every time the ring is (re)started; a change of memory or
     /// eventfds within one epoch keeps the data plane's indices.
     pub epoch: u64,
@@ -69,8 +70,8 @@ struct Slot {
     desired: Option<Arc<RingConfig>>,
     applied: u64,
     attached: bool,
-    /// The next avail index of a ring the data plane stopped.
-    stopped_avail: Option<u16>,
+    /// The base (next avail index) of a ring the data plane stopped.
+    stopped_avail: Option<u32>,
 }
 
 /// The control plane's and the data plane's shared view of one vring.
@@ -103,7 +104,7 @@ impl VringShared {
     /// Publishes a ring configuration (`None` stops the ring) and waits
     /// until the data plane applied it. Returns the next avail index if this
     /// call stopped a ring the data plane was running.
-    pub(crate) fn publish(&self, cfg: Option<Arc<RingConfig>>) -> Option<u16> {
+    pub(crate) fn publish(&self, cfg: Option<Arc<RingConfig>>) -> Option<u32> {
         let mut slot = self.lock();
         slot.desired = cfg;
         slot.stopped_avail = None;
@@ -139,7 +140,7 @@ struct Vring {
     shared: Arc<VringShared>,
     applied_gen: u64,
     cfg: Option<Arc<RingConfig>>,
-    ring: Option<SplitRing>,
+    ring: Option<Ring>,
     segs: SegVec,
     poller: Option<Arc<Epoll>>,
     registered_kick: Option<i32>,
@@ -182,7 +183,7 @@ impl Vring {
         match &desired {
             None => {
                 if let Some(r) = self.ring.take() {
-                    slot.stopped_avail = Some(r.next_avail());
+                    slot.stopped_avail = Some(r.base());
                 }
             }
             Some(cfg) => {
@@ -194,7 +195,7 @@ impl Vring {
                         cfg.features.event_idx(),
                         cfg.features.indirect(),
                     ),
-                    _ => SplitRing::new(
+                    _ => Ring::new(
                         Arc::clone(&cfg.mem),
                         cfg.layout,
                         cfg.base,
@@ -306,7 +307,7 @@ impl Drop for Vring {
         let mut slot = self.shared.lock();
         slot.attached = false;
         if let Some(r) = self.ring.take() {
-            slot.stopped_avail = Some(r.next_avail());
+            slot.stopped_avail = Some(r.base());
         }
         drop(slot);
         self.shared.acked.notify_all();
@@ -325,9 +326,8 @@ pub struct TxQueue {
 pub struct RxQueue {
     vring: Vring,
     index: u16,
-    /// (head, end of its segments in `vring.segs`, its length) per chain of
-    /// the frame being written.
-    chains: Box<[(u16, usize, u32)]>,
+    /// (id, length) of each buffer of the frame being written.
+    chains: Box<[(UsedId, u32)]>,
 }
 
 /// One queue pair of a port: `rx` is the guest's receive queue (vring
@@ -346,7 +346,7 @@ impl QueuePair {
             rx: RxQueue {
                 vring: Vring::new(rx),
                 index,
-                chains: vec![(0, 0, 0); MAX_RX_CHAINS].into_boxed_slice(),
+                chains: vec![(UsedId { id: 0, ndesc: 0 }, 0); MAX_RX_CHAINS].into_boxed_slice(),
             },
             tx: TxQueue {
                 vring: Vring::new(tx),
@@ -522,48 +522,45 @@ impl TxQueue {
         };
         let hdr_len = cfg.features.hdr_len();
         let max_frame = cfg.max_frame;
-        let mut avail = usize::from(ring.cached_avail());
-        if avail == 0 {
-            avail = usize::from(ring.refresh_avail());
-        }
-        let n = avail.min(max);
-        for _ in 0..n {
-            let head = ring.pop_head();
+        let mut n = 0;
+        while n < max {
             v.segs.clear();
-            match ring.parse_chain(head, false, &mut v.segs) {
-                Ok(total) => {
-                    let total = total as usize;
-                    if total <= hdr_len {
-                        v.counters.drop(DropReason::TooShort);
-                    } else if total - hdr_len > max_frame {
-                        v.counters.drop(DropReason::TooLong);
-                    } else {
-                        let segs = v.segs.as_slice();
-                        let mut hb = [0u8; MAX_HDR_LEN];
-                        copy_from_segs(segs, 0, &mut hb[..hdr_len]);
-                        let len = total - hdr_len;
-                        let mut frame = TxFrame {
-                            hdr: VirtioNetHdr::from_bytes(&hb, hdr_len),
-                            len,
-                            head: [0; HEAD_LEN],
-                            head_len: len.min(HEAD_LEN),
-                            segs,
-                            data_off: hdr_len,
-                        };
-                        copy_from_segs(segs, hdr_len, &mut frame.head[..frame.head_len]);
-                        f(&mut frame);
-                        v.counters.packets += 1;
-                        v.counters.bytes += len as u64;
-                    }
-                    ring.push_used(head, 0);
-                }
-                Err(reason) => {
+            let (used, total) = match ring.next_chain(false, &mut v.segs) {
+                Popped::Empty => break,
+                Popped::Chain(used, total) => (used, total as usize),
+                Popped::Bad(used, reason) => {
+                    n += 1;
                     v.counters.drop(reason);
-                    if head < ring.size() {
-                        ring.push_used(head, 0);
+                    if let Some(u) = used {
+                        ring.push_used(u, 0, false);
                     }
+                    continue;
                 }
+            };
+            n += 1;
+            if total <= hdr_len {
+                v.counters.drop(DropReason::TooShort);
+            } else if total - hdr_len > max_frame {
+                v.counters.drop(DropReason::TooLong);
+            } else {
+                let segs = v.segs.as_slice();
+                let mut hb = [0u8; MAX_HDR_LEN];
+                copy_from_segs(segs, 0, &mut hb[..hdr_len]);
+                let len = total - hdr_len;
+                let mut frame = TxFrame {
+                    hdr: VirtioNetHdr::from_bytes(&hb, hdr_len),
+                    len,
+                    head: [0; HEAD_LEN],
+                    head_len: len.min(HEAD_LEN),
+                    segs,
+                    data_off: hdr_len,
+                };
+                copy_from_segs(segs, hdr_len, &mut frame.head[..frame.head_len]);
+                f(&mut frame);
+                v.counters.packets += 1;
+                v.counters.bytes += len as u64;
             }
+            ring.push_used(used, 0, false);
         }
         v.finish_burst();
         n
@@ -575,7 +572,7 @@ impl TxQueue {
         self.vring
             .ring
             .as_mut()
-            .map_or(0, |r| usize::from(r.refresh_avail()))
+            .map_or(0, |r| r.count_avail(usize::from(u16::MAX)))
     }
 
     /// Whether the ring is running (the frontend started and enabled it).
@@ -614,14 +611,12 @@ impl RxQueue {
         RxBurst { q: self }
     }
 
-    /// RX buffers (chains) the guest has posted and we have not used
-    /// (reads the driver's index).
-    pub fn available(&mut self) -> usize {
+    /// RX buffers the guest has posted and we have not used, counting at
+    /// most `max` (for packed rings an upper bound: a buffer may take
+    /// several descriptors).
+    pub fn available(&mut self, max: usize) -> usize {
         self.vring.sync();
-        self.vring
-            .ring
-            .as_mut()
-            .map_or(0, |r| usize::from(r.refresh_avail()))
+        self.vring.ring.as_mut().map_or(0, |r| r.count_avail(max))
     }
 
     /// Whether the ring is running (the frontend started and enabled it).
@@ -709,32 +704,32 @@ impl RxBurst<'_> {
 
         // Reserve chains until the frame fits.
         v.segs.clear();
+        let mark = ring.mark();
         let mut nchains = 0usize;
         let mut cap = 0usize;
         while cap < need {
-            if ring.cached_avail() == 0 && ring.refresh_avail() == 0 {
-                ring.unpop(nchains as u16);
-                return Err(DropReason::NoBuffers);
-            }
             if nchains == q.chains.len() {
-                ring.unpop(nchains as u16);
+                ring.rollback(mark);
                 return Err(DropReason::TooLong);
             }
-            let head = ring.pop_head();
-            match ring.parse_chain(head, true, &mut v.segs) {
-                Ok(len) => {
-                    q.chains[nchains] = (head, v.segs.len(), len);
+            match ring.next_chain(true, &mut v.segs) {
+                Popped::Empty => {
+                    ring.rollback(mark);
+                    return Err(DropReason::NoBuffers);
+                }
+                Popped::Chain(used, len) => {
+                    q.chains[nchains] = (used, len);
                     nchains += 1;
                     cap += len as usize;
                 }
-                Err(reason) => {
-                    // The bad chain is consumed; the good ones reserved for
+                Popped::Bad(used, reason) => {
+                    // The bad buffer is consumed; the good ones reserved for
                     // this frame go back unused, and the frame is dropped.
-                    for &(h, _, _) in &q.chains[..nchains] {
-                        ring.push_used(h, 0);
+                    for &(u, _) in &q.chains[..nchains] {
+                        ring.push_used(u, 0, true);
                     }
-                    if head < ring.size() {
-                        ring.push_used(head, 0);
+                    if let Some(u) = used {
+                        ring.push_used(u, 0, true);
                     }
                     return Err(reason);
                 }
@@ -744,9 +739,9 @@ impl RxBurst<'_> {
             }
         }
         if cap < need {
-            // Without mergeable buffers the frame must fit one chain; leave
-            // the chain for a smaller frame.
-            ring.unpop(nchains as u16);
+            // Without mergeable buffers the frame must fit one buffer; leave
+            // it for a smaller frame.
+            ring.rollback(mark);
             return Err(DropReason::TooLong);
         }
 
@@ -760,9 +755,9 @@ impl RxBurst<'_> {
         frame.copy_into(&mut FrameWriter { inner: &mut w });
         let mut remaining = w.written();
         let bytes = remaining.saturating_sub(hdr_len);
-        for &(head, _, len) in &q.chains[..nchains] {
+        for &(u, len) in &q.chains[..nchains] {
             let l = remaining.min(len as usize);
-            ring.push_used(head, l as u32);
+            ring.push_used(u, l as u32, true);
             remaining -= l;
         }
         Ok(bytes)

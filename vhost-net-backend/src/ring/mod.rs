@@ -13,10 +13,170 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod memory;
+pub(crate) mod packed;
 pub(crate) mod split;
 
 pub use memory::{GuestMemory, MemoryError};
-pub use split::SplitLayout;
+pub use packed::PackedLayout;
+pub use split::{RingError, SplitLayout};
+
+use std::sync::Arc;
+
+use crate::stats::DropReason;
+
+/// How a used buffer is identified: its id and, for packed rings, how many
+/// descriptor slots it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UsedId {
+    pub id: u16,
+    pub ndesc: u16,
+}
+
+/// What taking the next available buffer gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Popped {
+    /// Nothing available.
+    Empty,
+    /// A valid buffer of this many bytes; its segments were appended.
+    Chain(UsedId, u32),
+    /// A malformed buffer, to be returned unused (when it has an id) and
+    /// counted.
+    Bad(Option<UsedId>, DropReason),
+}
+
+/// A position in the avail ring, to roll back to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mark {
+    idx: u16,
+    wrap: bool,
+}
+
+/// Where a ring lives in guest memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A split virtqueue.
+    Split(SplitLayout),
+    /// A packed virtqueue.
+    Packed(PackedLayout),
+}
+
+/// A virtqueue of either format, owned by one data-plane thread.
+#[derive(Debug)]
+pub(crate) enum Ring {
+    Split(split::SplitRing),
+    Packed(packed::PackedRing),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $r:ident => $e:expr) => {
+        match $self {
+            Ring::Split($r) => $e,
+            Ring::Packed($r) => $e,
+        }
+    };
+}
+
+impl Ring {
+    /// Sets up a ring from its layout and vhost-user base.
+    pub(crate) fn new(
+        mem: Arc<GuestMemory>,
+        layout: Layout,
+        base: u32,
+        event_idx: bool,
+        indirect: bool,
+    ) -> Result<Self, RingError> {
+        Ok(match layout {
+            Layout::Split(l) => {
+                let base = u16::try_from(base).map_err(|_| RingError::Size(l.size))?;
+                Ring::Split(split::SplitRing::new(mem, l, base, event_idx, indirect)?)
+            }
+            Layout::Packed(l) => {
+                Ring::Packed(packed::PackedRing::new(mem, l, base, event_idx, indirect)?)
+            }
+        })
+    }
+
+    /// The same ring over a new memory snapshot, keeping its indices.
+    pub(crate) fn remap(
+        &self,
+        mem: Arc<GuestMemory>,
+        layout: Layout,
+        event_idx: bool,
+        indirect: bool,
+    ) -> Result<Self, RingError> {
+        Ok(match (self, layout) {
+            (Ring::Split(r), Layout::Split(l)) => {
+                Ring::Split(r.remap(mem, l, event_idx, indirect)?)
+            }
+            (Ring::Packed(r), Layout::Packed(l)) => {
+                Ring::Packed(r.remap(mem, l, event_idx, indirect)?)
+            }
+            (r, l) => Ring::new(mem, l, r.base(), event_idx, indirect)?,
+        })
+    }
+
+    /// The vhost-user base (`GET_VRING_BASE`).
+    pub(crate) fn base(&self) -> u32 {
+        dispatch!(self, r => r.base())
+    }
+
+    pub(crate) fn is_broken(&self) -> bool {
+        dispatch!(self, r => r.is_broken())
+    }
+
+    /// Available buffers, up to `max` (an upper bound for packed rings,
+    /// where chains may take several slots).
+    #[inline]
+    pub(crate) fn count_avail(&mut self, max: usize) -> usize {
+        match self {
+            Ring::Split(r) => r.count_avail(max),
+            Ring::Packed(r) => r.count_avail(max),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn next_chain(&mut self, writable: bool, out: &mut SegVec) -> Popped {
+        dispatch!(self, r => r.next_chain(writable, out))
+    }
+
+    #[inline]
+    pub(crate) fn mark(&self) -> Mark {
+        dispatch!(self, r => r.mark())
+    }
+
+    #[inline]
+    pub(crate) fn rollback(&mut self, m: Mark) {
+        dispatch!(self, r => r.rollback(m))
+    }
+
+    /// Writes a used element; `wrote` tells whether the device wrote into
+    /// the buffer (RX).
+    #[inline]
+    pub(crate) fn push_used(&mut self, u: UsedId, len: u32, wrote: bool) {
+        match self {
+            Ring::Split(r) => r.push_used(u.id, len),
+            Ring::Packed(r) => r.push_used(u, len, wrote),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn publish_used(&mut self) -> bool {
+        dispatch!(self, r => r.publish_used())
+    }
+
+    #[inline]
+    pub(crate) fn needs_notification(&mut self) -> bool {
+        dispatch!(self, r => r.needs_notification())
+    }
+
+    pub(crate) fn enable_notification(&mut self) -> bool {
+        dispatch!(self, r => r.enable_notification())
+    }
+
+    pub(crate) fn disable_notification(&mut self) {
+        dispatch!(self, r => r.disable_notification())
+    }
+}
 
 /// Most buffers one chain may have (after splitting at region boundaries).
 /// Linux uses at most `MAX_SKB_FRAGS + 2` (19) per frame.
@@ -62,7 +222,7 @@ impl SegVec {
         }
     }
 
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -22,7 +22,7 @@ use std::sync::atomic::{fence, AtomicU16, Ordering};
 use std::sync::Arc;
 
 use super::memory::GuestMemory;
-use super::{Seg, SegVec};
+use super::{Mark, Popped, Seg, SegVec, UsedId};
 use crate::stats::DropReason;
 
 const DESC_F_NEXT: u16 = 1;
@@ -179,14 +179,49 @@ impl SplitRing {
         Ok(r)
     }
 
-    /// Ring size.
-    pub(crate) fn size(&self) -> u16 {
-        self.size
+    /// Next avail index to consume (what `GET_VRING_BASE` reports).
+    pub(crate) fn base(&self) -> u32 {
+        u32::from(self.next_avail.0)
     }
 
-    /// Next avail index to consume (what `GET_VRING_BASE` reports).
-    pub(crate) fn next_avail(&self) -> u16 {
-        self.next_avail.0
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            idx: self.next_avail.0,
+            wrap: false,
+        }
+    }
+
+    pub(crate) fn rollback(&mut self, m: Mark) {
+        self.next_avail = Wrapping(m.idx);
+    }
+
+    /// Available entries, up to `max` (re-reads `avail.idx` only when the
+    /// last read is used up).
+    #[inline]
+    pub(crate) fn count_avail(&mut self, max: usize) -> usize {
+        let mut n = self.cached_avail();
+        if n == 0 {
+            n = self.refresh_avail();
+        }
+        usize::from(n).min(max)
+    }
+
+    /// Takes the next available chain, appending its segments to `out`.
+    ///
+    /// Hot path: no allocation, no lock, no syscall.
+    #[inline]
+    pub(crate) fn next_chain(&mut self, writable: bool, out: &mut SegVec) -> Popped {
+        if self.cached_avail() == 0 && self.refresh_avail() == 0 {
+            return Popped::Empty;
+        }
+        let head = self.pop_head();
+        match self.parse_chain(head, writable, out) {
+            Ok(len) => Popped::Chain(UsedId { id: head, ndesc: 1 }, len),
+            Err(r) => Popped::Bad(
+                (head < self.size).then_some(UsedId { id: head, ndesc: 1 }),
+                r,
+            ),
+        }
     }
 
     /// Whether the guest broke the ring.
@@ -255,13 +290,6 @@ impl SplitRing {
         let slot = usize::from(self.next_avail.0 & (self.size - 1));
         self.next_avail += 1;
         self.read_u16(self.avail + 4 + 2 * slot)
-    }
-
-    /// Un-consumes the last `n` heads (they were popped for a frame that
-    /// could not be completed).
-    #[inline]
-    pub(crate) fn unpop(&mut self, n: u16) {
-        self.next_avail -= n;
     }
 
     #[inline]

@@ -169,14 +169,16 @@ fn indirect_table_is_followed_once() {
     assert_eq!(parse(&g, &mut ring, false), Err(DropReason::BadDescriptor));
 }
 
+type Case = (
+    &'static str,
+    Box<dyn Fn(&Guest)>,
+    bool,
+    Result<(u32, usize), DropReason>,
+);
+
 #[test]
 fn hostile_chains_are_refused() {
-    let cases: Vec<(
-        &str,
-        Box<dyn Fn(&Guest)>,
-        bool,
-        Result<(u32, usize), DropReason>,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             "self loop",
             Box::new(|g: &Guest| g.desc(0, DATA, 10, NEXT, 0)),

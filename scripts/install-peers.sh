@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+#
+# Installs every peer vhu's end-to-end tests use, on Debian bookworm, as root:
+#
+#   * Debian packages: dpdk-dev (dpdk-testpmd), busybox-static, cpio, iproute2,
+#     kmod;
+#   * QEMU >= 10 (qemu-system-x86) from bookworm-backports: bookworm's QEMU 7.2
+#     segfaults when a TCG guest starts a vhost-user net device;
+#   * the Debian cloud guest kernel, unpacked into the peers directory
+#     (${VHU_PEERS_DIR:-/var/cache/vhu-peers});
+#   * the guest initramfs (scripts/mk-initramfs.sh);
+#   * 2 MiB hugepages (scripts/hugepages.sh).
+#
+# Only the package registries are needed. Every step is skipped when already
+# done, so a second run takes a few seconds and touches no network. Exits
+# non-zero on the first failure.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+peers_dir=${VHU_PEERS_DIR:-/var/cache/vhu-peers}
+export VHU_PEERS_DIR=$peers_dir
+export DEBIAN_FRONTEND=noninteractive
+
+# Packages from bookworm itself.
+base_packages=(dpdk-dev busybox-static cpio iproute2 kmod)
+# Suite that carries QEMU 10, and the first QEMU major that works with TCG
+# guests and vhost-user.
+backports=bookworm-backports
+qemu_min_major=10
+backports_list=/etc/apt/sources.list.d/vhu-bookworm-backports.sources
+debian_sources=/etc/apt/sources.list.d/debian.sources
+
+log() { printf 'install-peers: %s\n' "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+[[ $(id -u) -eq 0 ]] || die "must run as root"
+command -v apt-get >/dev/null || die "apt-get not found: this script targets Debian bookworm"
+
+# Wait for other apt/dpkg users instead of failing at once.
+apt_opts=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+
+apt_updated=0
+# Runs `apt-get update` at most once per invocation.
+apt_update_once() {
+	((apt_updated)) && return 0
+	log "apt-get update"
+	apt-get "${apt_opts[@]}" -qq update || die "apt-get update failed"
+	apt_updated=1
+}
+
+# True when every named package is installed.
+installed() {
+	local p status
+	for p in "$@"; do
+		status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) || return 1
+		[[ $status == installed ]] || return 1
+	done
+}
+
+# Prints the major version of the QEMU x86_64 system emulator, or nothing.
+qemu_major() {
+	local out
+	out=$(qemu-system-x86_64 --version 2>/dev/null | head -n1) || return 0
+	# "QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-...)"
+	[[ $out =~ version\ ([0-9]+)\. ]] && printf '%s\n' "${BASH_REMATCH[1]}"
+	return 0
+}
+
+# Prints "URI<TAB>Signed-By" of the Debian mirror serving plain bookworm,
+# taken from debian.sources (deb822) or, failing that, from sources.list.
+debian_mirror() {
+	if [[ -r $debian_sources ]]; then
+		awk '
+			BEGIN { RS = ""; FS = "\n" }
+			{
+				uri = ""; suites = ""; signed = ""; types = ""
+				for (i = 1; i <= NF; i++) {
+					line = $i
+					if (line ~ /^[ \t]*#/) continue
+					if (line ~ /^URIs:/) { sub(/^URIs:[ \t]*/, "", line); split(line, u, /[ \t]+/); uri = u[1] }
+					else if (line ~ /^Suites:/) { sub(/^Suites:[ \t]*/, "", line); suites = " " line " " }
+					else if (line ~ /^Signed-By:/) { sub(/^Signed-By:[ \t]*/, "", line); signed = line }
+					else if (line ~ /^Types:/) { types = " " line " " }
+				}
+				if (uri != "" && types ~ / deb / && suites ~ /[ \t]bookworm[ \t]/) {
+					printf "%s\t%s\n", uri, signed
+					exit
+				}
+			}' "$debian_sources"
+	fi
+	if [[ -r /etc/apt/sources.list ]]; then
+		awk '$1 == "deb" && $3 == "bookworm" { printf "%s\t\n", $2; exit }' /etc/apt/sources.list
+	fi
+}
+
+# Adds bookworm-backports (component main) of the bookworm mirror to apt's
+# sources, unless it is already there.
+ensure_backports_source() {
+	local f
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+		[[ -r $f ]] || continue
+		if grep -Eq "^[^#]*[[:space:]]$backports([[:space:]]|$)" "$f"; then
+			log "$backports already in apt sources ($f)"
+			return 0
+		fi
+	done
+	local mirror uri signed
+	mirror=$(debian_mirror | head -n1)
+	uri=${mirror%%$'\t'*}
+	signed=${mirror#*$'\t'}
+	[[ -n $uri ]] || die "found no 'bookworm' suite in $debian_sources or /etc/apt/sources.list"
+	log "adding $backports (main) of $uri to $backports_list"
+	{
+		echo "# Written by vhu scripts/install-peers.sh: QEMU >= $qemu_min_major for the guest tests."
+		echo "Types: deb"
+		echo "URIs: $uri"
+		echo "Suites: $backports"
+		echo "Components: main"
+		[[ -n $signed ]] && echo "Signed-By: $signed"
+	} >"$backports_list"
+}
+
+start=$SECONDS
+
+# QEMU's suite goes into apt's sources before the first `apt-get update`, so
+# that one update serves every step.
+major=$(qemu_major)
+qemu_ok=0
+if [[ -n $major ]] && ((major >= qemu_min_major)); then
+	qemu_ok=1
+else
+	ensure_backports_source
+fi
+
+# ---- 1. Debian packages ----------------------------------------------------
+if installed "${base_packages[@]}"; then
+	log "packages already installed: ${base_packages[*]}"
+else
+	apt_update_once
+	log "apt-get install ${base_packages[*]}"
+	apt-get "${apt_opts[@]}" install -y -q "${base_packages[@]}" || die "apt-get install failed"
+fi
+
+# ---- 2. QEMU >= 10 from backports ------------------------------------------
+if ((qemu_ok)); then
+	log "QEMU $major already installed: $(command -v qemu-system-x86_64)"
+else
+	log "QEMU >= $qemu_min_major needed (found: ${major:-none}); installing from $backports"
+	apt_update_once
+	apt-get "${apt_opts[@]}" install -y -q --no-install-recommends -t "$backports" qemu-system-x86 ||
+		die "apt-get install -t $backports qemu-system-x86 failed"
+	hash -r
+	major=$(qemu_major)
+	if [[ -z $major ]] || ((major < qemu_min_major)); then
+		die "qemu-system-x86_64 is version '${major:-none}' after install, want >= $qemu_min_major"
+	fi
+	log "installed $(qemu-system-x86_64 --version | head -n1) at $(command -v qemu-system-x86_64)"
+fi
+
+# ---- 3. Guest kernel ------------------------------------------------------
+mkdir -p "$peers_dir"
+kernel_dir=$peers_dir/kernel
+if [[ -e $peers_dir/vmlinuz && -s $kernel_dir/.package ]]; then
+	log "guest kernel already unpacked: $(<"$kernel_dir/.package") in $kernel_dir"
+else
+	# The meta package's dependency names the current ABI, e.g.
+	# linux-image-6.1.0-37-cloud-amd64. Ask for it by exact name: a glob
+	# would download every version in the archive.
+	find_kernel_pkg() {
+		apt-cache depends linux-image-cloud-amd64 2>/dev/null |
+			awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9.]+-[0-9]+-cloud-amd64$/ { print $2; exit }'
+	}
+	pkg=$(find_kernel_pkg || true)
+	if [[ -z $pkg ]]; then
+		apt_update_once
+		pkg=$(find_kernel_pkg || true)
+	fi
+	[[ -n $pkg ]] || die "apt-cache depends linux-image-cloud-amd64 names no linux-image-*-cloud-amd64"
+	log "downloading $pkg"
+	dl=$(mktemp -d "$peers_dir/.download.XXXXXX")
+	trap 'rm -rf "$dl"' EXIT
+	# apt drops privileges to _apt for downloads: let it write there.
+	if id _apt >/dev/null 2>&1; then chown _apt "$dl"; fi
+	(cd "$dl" && apt-get "${apt_opts[@]}" download -q "$pkg") || die "apt-get download $pkg failed"
+	deb=$(find "$dl" -maxdepth 1 -name '*.deb' -print -quit)
+	[[ -n $deb ]] || die "apt-get download $pkg left no .deb"
+	log "unpacking $(basename "$deb")"
+	rm -rf "$kernel_dir.new"
+	dpkg-deb -x "$deb" "$kernel_dir.new" || die "dpkg-deb -x $deb failed"
+	vmlinuz=$(find "$kernel_dir.new/boot" -maxdepth 1 -name 'vmlinuz-*' -print -quit)
+	[[ -n $vmlinuz ]] || die "$pkg has no boot/vmlinuz-*"
+	echo "$pkg" >"$kernel_dir.new/.package"
+	rm -rf "$kernel_dir"
+	mv "$kernel_dir.new" "$kernel_dir"
+	ln -sfn "kernel/boot/$(basename "$vmlinuz")" "$peers_dir/vmlinuz"
+	rm -rf "$dl"
+	trap - EXIT
+	log "guest kernel: $peers_dir/vmlinuz -> kernel/boot/$(basename "$vmlinuz")"
+fi
+
+# ---- 4. Guest initramfs ---------------------------------------------------
+"$here/mk-initramfs.sh" || die "scripts/mk-initramfs.sh failed"
+
+# ---- 5. Hugepages ---------------------------------------------------------
+"$here/hugepages.sh" || die "scripts/hugepages.sh failed"
+
+log "all peers ready in $((SECONDS - start)) s:"
+log "  qemu:      $(command -v qemu-system-x86_64) ($(qemu-system-x86_64 --version | head -n1))"
+log "  testpmd:   $(command -v dpdk-testpmd)"
+log "  kernel:    $peers_dir/vmlinuz ($(<"$kernel_dir/.package"))"
+log "  initramfs: $peers_dir/initramfs.gz"
+log "  hugepages: $(</proc/sys/vm/nr_hugepages) x 2 MiB"

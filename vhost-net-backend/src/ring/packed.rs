@@ -1,0 +1,512 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The packed virtqueue (virtio 1.1+, 2.8) from the device side.
+//!
+//! One ring of `N` 16-byte descriptors `{ addr: u64, len: u32, id: u16,
+//! flags: u16 }` shared by both sides, plus two 4-byte event suppression
+//! structures `{ off_wrap: u16, flags: u16 }` (driver area, device area).
+//! A descriptor is available when its AVAIL flag equals the device's avail
+//! wrap counter and its USED flag does not; the device marks a buffer used
+//! by writing one descriptor (id, length, AVAIL = USED = used wrap counter)
+//! at its used position and skipping as many slots as the buffer took.
+//!
+//! The head descriptor's flags are read with acquire ordering (the driver
+//! writes them last, with release). Used descriptors of a burst are written
+//! with their flags, except the first one's, which is stored last with
+//! release ordering: the driver sees the whole burst at once (one
+//! publication per burst, as with the split ring's `used.idx`).
+
+use std::sync::atomic::{fence, AtomicU16, Ordering};
+use std::sync::Arc;
+
+use super::memory::GuestMemory;
+use super::split::RingError;
+use super::{Mark, Popped, Seg, SegVec, UsedId};
+use crate::stats::DropReason;
+
+const DESC_F_NEXT: u16 = 1;
+const DESC_F_WRITE: u16 = 2;
+const DESC_F_INDIRECT: u16 = 4;
+const DESC_F_AVAIL: u16 = 1 << 7;
+const DESC_F_USED: u16 = 1 << 15;
+
+const EVENT_ENABLE: u16 = 0;
+const EVENT_DISABLE: u16 = 1;
+const EVENT_DESC: u16 = 2;
+
+/// Guest physical addresses and size of a packed ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedLayout {
+    /// Descriptor ring.
+    pub desc: u64,
+    /// Driver event suppression area.
+    pub driver: u64,
+    /// Device event suppression area.
+    pub device: u64,
+    /// Number of descriptors (1 to 32768, any value).
+    pub size: u16,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Desc {
+    addr: u64,
+    len: u32,
+    id: u16,
+    flags: u16,
+}
+
+/// A packed ring owned by one data-plane thread.
+#[derive(Debug)]
+pub(crate) struct PackedRing {
+    mem: Arc<GuestMemory>,
+    desc: usize,
+    driver: usize,
+    device: usize,
+    size: u16,
+    next_avail: u16,
+    avail_wrap: bool,
+    next_used: u16,
+    used_wrap: bool,
+    /// The first used descriptor of the current burst, whose flags are
+    /// stored (with release) at publication.
+    pending_head: Option<(usize, u16)>,
+    /// Whether anything was published since the last notification check.
+    published: bool,
+    /// Used position at the last notification decision (EVENT_IDX).
+    signalled_used: Option<(u16, bool)>,
+    event_idx: bool,
+    indirect: bool,
+    notify_enabled: bool,
+    hint: usize,
+    broken: bool,
+}
+
+// SAFETY: the raw addresses point into mappings kept alive by `mem`; a ring
+// is moved between threads, never shared.
+unsafe impl Send for PackedRing {}
+
+impl PackedRing {
+    /// Sets up a ring. `base` is the vhost-user encoding of the indices
+    /// (bits 0-14 avail index, 15 avail wrap, 16-30 used index, 31 used wrap;
+    /// a zero upper half means "used = avail", as DPDK and QEMU send it).
+    pub(crate) fn new(
+        mem: Arc<GuestMemory>,
+        layout: PackedLayout,
+        base: u32,
+        event_idx: bool,
+        indirect: bool,
+    ) -> Result<Self, RingError> {
+        if layout.size == 0 || layout.size > 32768 {
+            return Err(RingError::Size(layout.size));
+        }
+        let n = u64::from(layout.size);
+        let mut hint = 0;
+        let desc = mem
+            .translate(layout.desc, 16 * n, &mut hint)
+            .ok_or(RingError::Unmapped("descriptor"))?;
+        let driver = mem
+            .translate(layout.driver, 4, &mut hint)
+            .ok_or(RingError::Unmapped("driver event"))?;
+        let device = mem
+            .translate(layout.device, 4, &mut hint)
+            .ok_or(RingError::Unmapped("device event"))?;
+        if desc % 16 != 0 {
+            return Err(RingError::Misaligned("descriptor"));
+        }
+        if driver % 4 != 0 || device % 4 != 0 {
+            return Err(RingError::Misaligned("event suppression"));
+        }
+        let avail = (base & 0x7fff) as u16;
+        let avail_wrap = base & 0x8000 != 0;
+        let (used, used_wrap) = if base >> 16 == 0 {
+            (avail, avail_wrap)
+        } else {
+            (((base >> 16) & 0x7fff) as u16, base & 0x8000_0000 != 0)
+        };
+        if avail >= layout.size || used >= layout.size {
+            return Err(RingError::Size(layout.size));
+        }
+        let mut r = Self {
+            mem,
+            desc,
+            driver,
+            device,
+            size: layout.size,
+            next_avail: avail,
+            avail_wrap,
+            next_used: used,
+            used_wrap,
+            pending_head: None,
+            published: false,
+            signalled_used: None,
+            event_idx,
+            indirect,
+            notify_enabled: true,
+            hint: 0,
+            broken: false,
+        };
+        r.enable_notification();
+        Ok(r)
+    }
+
+    /// The same ring over a new memory snapshot, keeping its indices.
+    pub(crate) fn remap(
+        &self,
+        mem: Arc<GuestMemory>,
+        layout: PackedLayout,
+        event_idx: bool,
+        indirect: bool,
+    ) -> Result<Self, RingError> {
+        let mut r = Self::new(mem, layout, self.base(), event_idx, indirect)?;
+        r.signalled_used = self.signalled_used;
+        r.notify_enabled = self.notify_enabled;
+        r.broken = self.broken;
+        Ok(r)
+    }
+
+    /// The vhost-user encoding of both indices (`GET_VRING_BASE`).
+    pub(crate) fn base(&self) -> u32 {
+        u32::from(self.next_avail)
+            | (u32::from(self.avail_wrap) << 15)
+            | (u32::from(self.next_used) << 16)
+            | (u32::from(self.used_wrap) << 31)
+    }
+
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    #[inline]
+    fn flags_atomic(&self, slot: u16) -> &AtomicU16 {
+        // SAFETY: `slot < size`, so `desc + 16 * slot + 14` lies in the
+        // descriptor ring (mapped, kept alive by `self.mem`) and is 2-aligned
+        // (the ring is 16-aligned).
+        unsafe { &*((self.desc + 16 * usize::from(slot) + 14) as *const AtomicU16) }
+    }
+
+    #[inline]
+    fn read_desc_at(&self, table: usize, i: usize) -> Desc {
+        let p = table + 16 * i;
+        let (lo, hi) = if p % 8 == 0 {
+            // SAFETY: callers check `i` against the table's size; the table
+            // is in mapped guest memory kept alive by `self.mem`.
+            unsafe {
+                (
+                    std::ptr::read_volatile(p as *const u64),
+                    std::ptr::read_volatile((p + 8) as *const u64),
+                )
+            }
+        } else {
+            let mut b = [0u8; 16];
+            for (k, byte) in b.iter_mut().enumerate() {
+                // SAFETY: as above, byte by byte.
+                *byte = unsafe { std::ptr::read_volatile((p + k) as *const u8) };
+            }
+            (
+                u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+                u64::from_le_bytes(b[8..].try_into().expect("8 bytes")),
+            )
+        };
+        let (lo, hi) = (u64::from_le(lo), u64::from_le(hi));
+        Desc {
+            addr: lo,
+            len: (hi & 0xffff_ffff) as u32,
+            id: ((hi >> 32) & 0xffff) as u16,
+            flags: (hi >> 48) as u16,
+        }
+    }
+
+    #[inline]
+    fn is_avail(&self, flags: u16) -> bool {
+        (flags & DESC_F_AVAIL != 0) == self.avail_wrap
+            && (flags & DESC_F_USED != 0) != self.avail_wrap
+    }
+
+    /// Whether the descriptor at the avail position is available (one
+    /// acquire load).
+    #[inline]
+    pub(crate) fn has_avail(&self) -> bool {
+        !self.broken && self.is_avail(self.flags_atomic(self.next_avail).load(Ordering::Acquire))
+    }
+
+    /// Counts available descriptors from the avail position, up to `max`
+    /// (an upper bound of available buffers, for back-pressure).
+    pub(crate) fn count_avail(&self, max: usize) -> usize {
+        if self.broken {
+            return 0;
+        }
+        let mut slot = self.next_avail;
+        let mut wrap = self.avail_wrap;
+        let mut n = 0;
+        while n < max.min(usize::from(self.size)) {
+            let f = self.flags_atomic(slot).load(Ordering::Acquire);
+            if (f & DESC_F_AVAIL != 0) != wrap || (f & DESC_F_USED != 0) == wrap {
+                break;
+            }
+            n += 1;
+            slot += 1;
+            if slot == self.size {
+                slot = 0;
+                wrap = !wrap;
+            }
+        }
+        n
+    }
+
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            idx: self.next_avail,
+            wrap: self.avail_wrap,
+        }
+    }
+
+    pub(crate) fn rollback(&mut self, m: Mark) {
+        self.next_avail = m.idx;
+        self.avail_wrap = m.wrap;
+    }
+
+    fn advance_avail(&mut self, n: u16) {
+        let next = u32::from(self.next_avail) + u32::from(n);
+        if next >= u32::from(self.size) {
+            self.next_avail = (next - u32::from(self.size)) as u16;
+            self.avail_wrap = !self.avail_wrap;
+        } else {
+            self.next_avail = next as u16;
+        }
+    }
+
+    /// Takes the next available buffer, appending its segments to `out`.
+    ///
+    /// Hot path: no allocation, no lock, no syscall.
+    pub(crate) fn next_chain(&mut self, writable: bool, out: &mut SegVec) -> Popped {
+        if !self.has_avail() {
+            return Popped::Empty;
+        }
+        // Walk the chain's slots; on a bad descriptor keep walking (without
+        // translating) to find the buffer's end and id, so that the ring
+        // stays in step with the driver.
+        let mut slot = self.next_avail;
+        let mut count: u16 = 0;
+        let mut total: u64 = 0;
+        let mut err: Option<DropReason> = None;
+        let mem = Arc::clone(&self.mem);
+        let id = loop {
+            if count == self.size {
+                // Every slot says NEXT: the ring is corrupt.
+                self.broken = true;
+                return Popped::Bad(None, DropReason::RingBroken);
+            }
+            let d = self.read_desc_at(self.desc, usize::from(slot));
+            count += 1;
+            if err.is_none() {
+                if let Err(e) = self.take_desc(&mem, d, writable, count == 1, out, &mut total) {
+                    err = Some(e);
+                }
+            }
+            slot += 1;
+            if slot == self.size {
+                slot = 0;
+            }
+            if d.flags & DESC_F_NEXT == 0 || d.flags & DESC_F_INDIRECT != 0 {
+                break d.id;
+            }
+        };
+        self.advance_avail(count);
+        let used = UsedId { id, ndesc: count };
+        if let Some(e) = err {
+            return Popped::Bad(Some(used), e);
+        }
+        match u32::try_from(total) {
+            Ok(len) => Popped::Chain(used, len),
+            Err(_) => Popped::Bad(Some(used), DropReason::BadDescriptor),
+        }
+    }
+
+    /// Validates one descriptor of a chain and appends its buffer(s).
+    fn take_desc(
+        &mut self,
+        mem: &GuestMemory,
+        d: Desc,
+        writable: bool,
+        first: bool,
+        out: &mut SegVec,
+        total: &mut u64,
+    ) -> Result<(), DropReason> {
+        if d.flags & DESC_F_INDIRECT != 0 {
+            if !self.indirect
+                || !first
+                || d.flags & DESC_F_NEXT != 0
+                || d.len == 0
+                || d.len % 16 != 0
+                || d.len / 16 > 32768
+            {
+                return Err(DropReason::BadDescriptor);
+            }
+            let table = mem
+                .translate(d.addr, u64::from(d.len), &mut self.hint)
+                .ok_or(DropReason::BadAddress)?;
+            // An indirect table is a plain sequence; its NEXT flags are
+            // ignored and nested indirection is refused.
+            for i in 0..(d.len / 16) as usize {
+                let e = self.read_desc_at(table, i);
+                if e.flags & DESC_F_INDIRECT != 0 {
+                    return Err(DropReason::BadDescriptor);
+                }
+                self.take_buffer(mem, e, writable, out, total)?;
+            }
+            return Ok(());
+        }
+        self.take_buffer(mem, d, writable, out, total)
+    }
+
+    #[inline]
+    fn take_buffer(
+        &mut self,
+        mem: &GuestMemory,
+        d: Desc,
+        writable: bool,
+        out: &mut SegVec,
+        total: &mut u64,
+    ) -> Result<(), DropReason> {
+        if (d.flags & DESC_F_WRITE != 0) != writable {
+            return Err(DropReason::BadDescriptor);
+        }
+        if d.len == 0 {
+            return Ok(());
+        }
+        let mut full = false;
+        let ok = mem.translate_pieces(d.addr, u64::from(d.len), &mut self.hint, |hva, len| {
+            if out.push(Seg { hva, len }) {
+                true
+            } else {
+                full = true;
+                false
+            }
+        });
+        if full {
+            return Err(DropReason::TooManySegments);
+        }
+        if !ok {
+            return Err(DropReason::BadAddress);
+        }
+        *total += u64::from(d.len);
+        Ok(())
+    }
+
+    /// Writes a used descriptor (the burst's first one stays invisible
+    /// until [`Self::publish_used`]).
+    #[inline]
+    pub(crate) fn push_used(&mut self, u: UsedId, len: u32, wrote: bool) {
+        let p = self.desc + 16 * usize::from(self.next_used);
+        let mut flags = if self.used_wrap {
+            DESC_F_AVAIL | DESC_F_USED
+        } else {
+            0
+        };
+        if wrote {
+            flags |= DESC_F_WRITE;
+        }
+        // SAFETY: `next_used < size`: `p..p+16` is a descriptor slot in the
+        // mapped ring (kept alive by `self.mem`), 8-aligned.
+        unsafe {
+            std::ptr::write_volatile((p + 8) as *mut u32, len.to_le());
+            std::ptr::write_volatile((p + 12) as *mut u16, u.id.to_le());
+        }
+        if self.pending_head.is_none() {
+            self.pending_head = Some((usize::from(self.next_used), flags));
+        } else {
+            self.flags_atomic(self.next_used)
+                .store(flags.to_le(), Ordering::Release);
+        }
+        // Invariant: 1 <= ndesc <= size (it counts slots the buffer took).
+        let next = u32::from(self.next_used) + u32::from(u.ndesc.max(1));
+        if next >= u32::from(self.size) {
+            self.next_used = (next - u32::from(self.size)) as u16;
+            self.used_wrap = !self.used_wrap;
+        } else {
+            self.next_used = next as u16;
+        }
+    }
+
+    /// Makes the burst's used descriptors visible: one release store.
+    #[inline]
+    pub(crate) fn publish_used(&mut self) -> bool {
+        match self.pending_head.take() {
+            Some((slot, flags)) => {
+                self.flags_atomic(slot as u16)
+                    .store(flags.to_le(), Ordering::Release);
+                self.published = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[inline]
+    fn read_u16(&self, addr: usize) -> u16 {
+        // SAFETY: callers pass `driver` or `device` (+2): 4-byte areas,
+        // mapped, 4-aligned, kept alive by `self.mem`.
+        unsafe { u16::from_le(std::ptr::read_volatile(addr as *const u16)) }
+    }
+
+    #[inline]
+    fn write_u16(&self, addr: usize, v: u16) {
+        // SAFETY: as in `read_u16`; only the device area is written.
+        unsafe { std::ptr::write_volatile(addr as *mut u16, v.to_le()) }
+    }
+
+    /// Whether the driver wants an interrupt for what was published since
+    /// the last call (virtio 1.x, 2.8.10, 2.8.21.3).
+    pub(crate) fn needs_notification(&mut self) -> bool {
+        if !std::mem::take(&mut self.published) {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        let flags = self.read_u16(self.driver + 2);
+        match flags {
+            EVENT_DISABLE => false,
+            EVENT_DESC if self.event_idx => {
+                let new = (self.next_used, self.used_wrap);
+                let Some(old) = self.signalled_used.replace(new) else {
+                    return true;
+                };
+                let off_wrap = self.read_u16(self.driver);
+                let size = i32::from(self.size);
+                let mut off = i32::from(off_wrap & 0x7fff);
+                let (n, nw) = (i32::from(new.0), new.1);
+                let mut o = i32::from(old.0);
+                // Express old and the event offset in new's lap.
+                if old.1 != nw {
+                    o -= size;
+                }
+                if (off_wrap >> 15 != 0) != nw {
+                    off -= size;
+                }
+                // vring_need_event(off, new, old) on unwrapped positions.
+                (n - off - 1).rem_euclid(65536) < (n - o).rem_euclid(65536)
+            }
+            _ => true,
+        }
+    }
+
+    /// Asks for kicks and reports whether work arrived meanwhile.
+    pub(crate) fn enable_notification(&mut self) -> bool {
+        if self.event_idx {
+            let off_wrap = self.next_avail | (u16::from(self.avail_wrap) << 15);
+            self.write_u16(self.device, off_wrap);
+            self.write_u16(self.device + 2, EVENT_DESC);
+        } else {
+            self.write_u16(self.device + 2, EVENT_ENABLE);
+        }
+        self.notify_enabled = true;
+        fence(Ordering::SeqCst);
+        self.has_avail()
+    }
+
+    /// Tells the driver not to kick.
+    pub(crate) fn disable_notification(&mut self) {
+        if self.notify_enabled {
+            self.notify_enabled = false;
+            self.write_u16(self.device + 2, EVENT_DISABLE);
+        }
+    }
+}

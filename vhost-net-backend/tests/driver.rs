@@ -1,0 +1,1 @@
+//! In-process driver tests (see the crate docs).
