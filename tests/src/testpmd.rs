@@ -1299,8 +1299,11 @@ impl Testpmd {
                 text
             }
             Err(true) => {
-                let status = self.child.wait().ok();
-                self.fail(&format!("exited ({status:?}) while waiting for {what}"))
+                let status = self
+                    .child
+                    .wait()
+                    .map_or_else(|e| format!("wait failed: {e}"), |s| s.to_string());
+                self.fail(&format!("exited ({status}) while waiting for {what}"))
             }
             Err(false) => self.fail(&format!("no {what} within {timeout:?}")),
         }

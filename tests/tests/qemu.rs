@@ -380,6 +380,30 @@ fn guest_pings_through_echo_two_queues() {
     }
 }
 
+/// The guest's driver uses packed virtqueues (`packed=on`); the feature bit
+/// must be negotiated and the traffic the same as with split rings.
+#[test]
+#[ignore = "needs root and peers: run scripts/test.sh"]
+fn guest_pings_through_echo_packed_ring() {
+    let _serial = serial();
+    let dir = Scratch::new("packed");
+    let socket = dir.0.join("vhost.sock");
+    let echo = Echo::start(&socket, false, 1);
+    let run = run_guest(GuestOpts {
+        packed: true,
+        cmdline_extra: ping_cmdline(),
+        ..GuestOpts::new(&socket)
+    });
+    let stats = echo.stop();
+    let features = run.features();
+    assert_ne!(
+        features & (1 << 34),
+        0,
+        "RING_PACKED not negotiated: {features:#x}"
+    );
+    check_ping(&run, &stats, 1, 1);
+}
+
 /// QEMU listens, echo connects with `--client`.
 #[test]
 #[ignore = "needs root and peers: run scripts/test.sh"]

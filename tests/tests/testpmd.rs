@@ -60,6 +60,8 @@
 //!   free 2 MiB pages are there); the default is `--no-huge`.
 //! * `VHU_ECHO_ARGS`: extra arguments for `echo` (whitespace-separated).
 //! * `VHU_ECHO_BIN`, `VHU_TESTPMD_BIN`: the binaries.
+//! * `VHU_MPPS=1`: also run the throughput measurements
+//!   (`*_loopback_mpps`, the anchor's method: 3 s warm-up, 10 s window).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -487,19 +489,35 @@ fn loopback_mpps(kind: BackendKind, hugepages: bool, queue_size: Option<u16>) ->
         features.map(|f| format!("{f:#x} {:?}", feature_names(f)))
     );
     assert!(t.rx_packets > 0, "no traffic: {t:?}\n{log}");
+    // Not exact: testpmd reads the packet and byte counters while the
+    // forwarding lcore updates them, so a delta can be off by a burst.
     assert!(
-        (t.avg_frame_len() - 64.0).abs() < f64::EPSILON,
+        (t.avg_frame_len() - 64.0).abs() < 0.05,
         "frames are not 64 bytes: {t:?}"
     );
     t
 }
 
+/// Whether the throughput measurements should run (`VHU_MPPS=1`). They
+/// take about 15 s per figure and check little beyond "traffic flows", so
+/// the test suite skips them unless asked.
+fn mpps_requested() -> bool {
+    let on = std::env::var("VHU_MPPS").is_ok_and(|v| v == "1");
+    if !on {
+        println!("throughput measurement not requested: set VHU_MPPS=1");
+    }
+    on
+}
+
 /// Prints the DPDK vhost loopback rate through this harness, without and
 /// (when set up) with hugepages, with the anchor's 256-entry and with
-/// 1024-entry virtqueues: the anchor, re-measured.
+/// 1024-entry virtqueues: the anchor, re-measured. Only with `VHU_MPPS=1`.
 #[test]
 #[ignore = "needs root and peers: run scripts/test.sh"]
 fn dpdk_vhost_loopback_mpps() {
+    if !mpps_requested() {
+        return;
+    }
     for hugepages in [false, true] {
         if hugepages && !hugepages_available(512) {
             println!("no hugepages set up: skipped the hugepage figures");
@@ -512,10 +530,14 @@ fn dpdk_vhost_loopback_mpps() {
 }
 
 /// Prints the echo loopback rate (echo pinned to CPU 0, the frontend
-/// forwarding on CPU 1), in the anchor's configuration.
+/// forwarding on CPU 1), in the anchor's configuration. Only with
+/// `VHU_MPPS=1`; `VHU_ECHO_ARGS` selects echo's polling mode.
 #[test]
 #[ignore = "needs root and peers: run scripts/test.sh"]
 fn echo_loopback_mpps() {
+    if !mpps_requested() {
+        return;
+    }
     loopback_mpps(BackendKind::Echo, false, None);
     if hugepages_available(512) {
         loopback_mpps(BackendKind::Echo, true, None);

@@ -429,17 +429,68 @@ impl TxFrame<'_> {
 }
 
 /// Where a [`FrameSource`] writes its bytes: the guest RX buffers reserved
-/// for one frame.
+/// for one frame, or a host buffer (an uplink's transmit slot).
 #[derive(Debug)]
 pub struct FrameWriter<'w, 'a> {
-    inner: &'w mut SegWriter<'a>,
+    sink: Sink<'w, 'a>,
 }
 
-impl FrameWriter<'_, '_> {
+#[derive(Debug)]
+enum Sink<'w, 'a> {
+    Guest(&'w mut SegWriter<'a>),
+    Host { buf: &'w mut [u8], pos: usize },
+}
+
+impl<'w> FrameWriter<'w, '_> {
+    /// A writer filling `buf` from its start.
+    pub fn host(buf: &'w mut [u8]) -> Self {
+        Self {
+            sink: Sink::Host { buf, pos: 0 },
+        }
+    }
+
     /// Appends bytes; returns how many fit.
     pub fn write(&mut self, bytes: &[u8]) -> usize {
-        self.inner.write(bytes)
+        match &mut self.sink {
+            Sink::Guest(w) => w.write(bytes),
+            Sink::Host { buf, pos } => {
+                let n = bytes.len().min(buf.len() - *pos);
+                buf[*pos..*pos + n].copy_from_slice(&bytes[..n]);
+                *pos += n;
+                n
+            }
+        }
     }
+
+    /// Appends `len` bytes of guest buffers `segs` from `offset`.
+    fn write_from_segs(&mut self, segs: &[Seg], offset: usize, len: usize) -> usize {
+        match &mut self.sink {
+            Sink::Guest(w) => w.write_from_segs(segs, offset, len),
+            Sink::Host { buf, pos } => {
+                let n = len.min(buf.len() - *pos);
+                let done = copy_from_segs(segs, offset, &mut buf[*pos..*pos + n]);
+                *pos += done;
+                done
+            }
+        }
+    }
+
+    /// Bytes written so far through this writer (host sinks only count
+    /// their own; guest sinks include the virtio-net header).
+    pub fn written(&self) -> usize {
+        match &self.sink {
+            Sink::Guest(w) => w.written(),
+            Sink::Host { pos, .. } => *pos,
+        }
+    }
+}
+
+/// Copies a frame into a host buffer (one copy); returns the bytes written,
+/// `min(src.frame_len(), dst.len())`.
+pub fn copy_frame<S: FrameSource + ?Sized>(src: &S, dst: &mut [u8]) -> usize {
+    let mut w = FrameWriter::host(dst);
+    src.copy_into(&mut w);
+    w.written()
 }
 
 /// Anything that can be copied into guest RX buffers in one pass.
@@ -484,7 +535,7 @@ impl FrameSource for TxFrame<'_> {
     fn copy_into(&self, w: &mut FrameWriter<'_, '_>) {
         w.write(&self.head[..self.head_len]);
         if self.len > self.head_len {
-            w.inner.write_from_segs(
+            w.write_from_segs(
                 self.segs,
                 self.data_off + self.head_len,
                 self.len - self.head_len,
@@ -752,7 +803,9 @@ impl RxBurst<'_> {
         }
         let mut w = SegWriter::new(v.segs.as_slice());
         w.write(&h.to_bytes()[..hdr_len]);
-        frame.copy_into(&mut FrameWriter { inner: &mut w });
+        frame.copy_into(&mut FrameWriter {
+            sink: Sink::Guest(&mut w),
+        });
         let mut remaining = w.written();
         let bytes = remaining.saturating_sub(hdr_len);
         for &(u, len) in &q.chains[..nchains] {
