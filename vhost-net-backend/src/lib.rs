@@ -19,6 +19,7 @@
 //! | [`queue`] | the burst API ([`TxQueue::recv_burst`], [`RxQueue::burst`]) and the control/data hand-off |
 //! | `ring` | the split-ring engine over guest memory (most `unsafe` lives here) |
 //! | [`device`] | offered features, offloads, what an acked set means |
+//! | [`io`] | uplinks (AF_XDP, AF_PACKET, TAP) behind one trait, software offload fallbacks |
 //! | [`net_hdr`] | `virtio_net_hdr` |
 //! | [`stats`] | per-queue counters and drop reasons |
 //!
@@ -59,6 +60,7 @@
 
 mod control;
 pub mod device;
+pub mod io;
 pub mod net_hdr;
 pub mod port;
 pub mod queue;
@@ -73,5 +75,7 @@ pub mod test_utils;
 pub use device::{Offloads, MAX_QUEUE_PAIRS};
 pub use net_hdr::VirtioNetHdr;
 pub use port::{Backoff, Port, PortConfig, PortError, SocketRole};
-pub use queue::{FrameSource, FrameWriter, Poller, QueuePair, RxBurst, RxQueue, TxFrame, TxQueue};
+pub use queue::{
+    copy_frame, FrameSource, FrameWriter, Poller, QueuePair, RxBurst, RxQueue, TxFrame, TxQueue,
+};
 pub use stats::{DropReason, QueueCounters};
