@@ -67,6 +67,11 @@ pub mod queue;
 mod ring;
 pub mod stats;
 pub mod sys;
+/// Guest doubles for benches and fuzzing (feature `test-utils`).
+#[cfg(feature = "test-utils")]
+pub mod testing {
+    pub use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
+}
 /// An in-process virtio-net driver (the guest side), for tests, benches and fuzzers.
 #[cfg(feature = "test-utils")]
 #[allow(missing_docs)]

@@ -66,6 +66,34 @@ impl VirtioNetHdr {
         }
     }
 
+    /// Decodes a header from its first 8 and last 4 bytes as little-endian
+    /// words (the wire layout), without a byte-array round trip.
+    #[inline]
+    pub const fn from_words(lo: u64, hi: u32, len: usize) -> Self {
+        Self {
+            flags: lo as u8,
+            gso_type: (lo >> 8) as u8,
+            hdr_len: (lo >> 16) as u16,
+            gso_size: (lo >> 32) as u16,
+            csum_start: (lo >> 48) as u16,
+            csum_offset: hi as u16,
+            num_buffers: if len >= 12 { (hi >> 16) as u16 } else { 0 },
+        }
+    }
+
+    /// The wire layout as two little-endian words (bytes 0-7, 8-11).
+    #[inline]
+    pub const fn to_words(&self) -> (u64, u32) {
+        (
+            self.flags as u64
+                | (self.gso_type as u64) << 8
+                | (self.hdr_len as u64) << 16
+                | (self.gso_size as u64) << 32
+                | (self.csum_start as u64) << 48,
+            self.csum_offset as u32 | (self.num_buffers as u32) << 16,
+        )
+    }
+
     /// Serialises the header in little-endian order (all 12 bytes; callers
     /// write the first `hdr_len` of them).
     pub fn to_bytes(&self) -> [u8; MAX_HDR_LEN] {
@@ -114,5 +142,10 @@ mod tests {
         assert!(h.is_gso() && h.needs_csum());
         assert!(!VirtioNetHdr::default().is_gso());
         assert_eq!(&b[..4], &[1, 0x81, 54, 0]);
+        let (lo, hi) = h.to_words();
+        assert_eq!(lo.to_le_bytes(), b[..8]);
+        assert_eq!(hi.to_le_bytes(), b[8..12]);
+        assert_eq!(VirtioNetHdr::from_words(lo, hi, 12), h);
+        assert_eq!(VirtioNetHdr::from_words(lo, hi, 10), short);
     }
 }

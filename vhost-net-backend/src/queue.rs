@@ -29,9 +29,9 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::device::{bits, Negotiated, MAX_FRAME_LEN};
-use crate::net_hdr::{self, VirtioNetHdr, MAX_HDR_LEN};
+use crate::net_hdr::{self, VirtioNetHdr};
 use crate::ring::{
-    copy_from_segs, GuestMemory, Layout, Popped, Ring, Seg, SegVec, SegWriter, UsedId,
+    copy_from_segs, read_hdr, GuestMemory, Layout, Popped, Ring, Seg, SegVec, SegWriter, UsedId,
     MAX_CHAIN_SEGS,
 };
 use crate::stats::{BurstCounters, DropReason, QueueCounters, QueueStats};
@@ -346,7 +346,7 @@ impl QueuePair {
             rx: RxQueue {
                 vring: Vring::new(rx),
                 index,
-                chains: vec![(UsedId { id: 0, ndesc: 0 }, 0); MAX_RX_CHAINS].into_boxed_slice(),
+                chains: vec![(UsedId::new(0, 0), 0); MAX_RX_CHAINS].into_boxed_slice(),
             },
             tx: TxQueue {
                 vring: Vring::new(tx),
@@ -595,11 +595,9 @@ impl TxQueue {
                 v.counters.drop(DropReason::TooLong);
             } else {
                 let segs = v.segs.as_slice();
-                let mut hb = [0u8; MAX_HDR_LEN];
-                copy_from_segs(segs, 0, &mut hb[..hdr_len]);
                 let len = total - hdr_len;
                 let mut frame = TxFrame {
-                    hdr: VirtioNetHdr::from_bytes(&hb, hdr_len),
+                    hdr: read_hdr(segs, hdr_len),
                     len,
                     head: [0; HEAD_LEN],
                     head_len: len.min(HEAD_LEN),
@@ -802,7 +800,7 @@ impl RxBurst<'_> {
             h.flags &= !net_hdr::F_DATA_VALID;
         }
         let mut w = SegWriter::new(v.segs.as_slice());
-        w.write(&h.to_bytes()[..hdr_len]);
+        w.write_hdr(&h, hdr_len);
         frame.copy_into(&mut FrameWriter {
             sink: Sink::Guest(&mut w),
         });

@@ -256,7 +256,7 @@ impl GuestMemory {
 
     /// Anonymous memory at the given (guest physical address, size)
     /// ranges, for tests that lay out rings by hand.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-utils"))]
     pub(crate) fn anonymous(ranges: &[(u64, usize)]) -> Self {
         let regions = ranges
             .iter()

@@ -12,6 +12,8 @@
 //!   stores, never through a `&[u8]` (the guest may change it at any time).
 #![allow(unsafe_code)]
 
+#[cfg(feature = "test-utils")]
+pub(crate) mod loopback;
 pub(crate) mod memory;
 pub(crate) mod packed;
 pub(crate) mod split;
@@ -22,14 +24,31 @@ pub use split::{RingError, SplitLayout};
 
 use std::sync::Arc;
 
+use crate::net_hdr::{VirtioNetHdr, MAX_HDR_LEN};
 use crate::stats::DropReason;
 
 /// How a used buffer is identified: its id and, for packed rings, how many
 /// descriptor slots it took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct UsedId {
-    pub id: u16,
-    pub ndesc: u16,
+pub(crate) struct UsedId(u32);
+
+impl UsedId {
+    /// Kept in one word: the hot path reads it back whole, and a value
+    /// written as two halves and read as one stalls store forwarding.
+    #[inline(always)]
+    pub(crate) const fn new(id: u16, ndesc: u16) -> Self {
+        Self(id as u32 | (ndesc as u32) << 16)
+    }
+
+    #[inline(always)]
+    pub(crate) const fn id(self) -> u16 {
+        self.0 as u16
+    }
+
+    #[inline(always)]
+    pub(crate) const fn ndesc(self) -> u16 {
+        (self.0 >> 16) as u16
+    }
 }
 
 /// What taking the next available buffer gave.
@@ -134,7 +153,7 @@ impl Ring {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn next_chain(&mut self, writable: bool, out: &mut SegVec) -> Popped {
         dispatch!(self, r => r.next_chain(writable, out))
     }
@@ -154,7 +173,7 @@ impl Ring {
     #[inline]
     pub(crate) fn push_used(&mut self, u: UsedId, len: u32, wrote: bool) {
         match self {
-            Ring::Split(r) => r.push_used(u.id, len),
+            Ring::Split(r) => r.push_used(u.id(), len),
             Ring::Packed(r) => r.push_used(u, len, wrote),
         }
     }
@@ -233,6 +252,52 @@ impl SegVec {
     }
 }
 
+/// Copies `n` bytes from `src` to `dst`. Small copies (the virtio-net
+/// header, the head of a frame, a 64-byte frame) are done inline with
+/// overlapping unaligned loads, all loads before all stores, so they avoid a
+/// `memmove` call and stay correct if a hostile guest makes the two ranges
+/// overlap; larger ones use `ptr::copy`.
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for `n` bytes.
+#[inline(always)]
+unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
+    use std::ptr::{read_unaligned as rd, write_unaligned as wr};
+    // SAFETY: every access below stays within `[0, n)` of both ranges, which
+    // the caller guarantees are valid.
+    unsafe {
+        if n <= 16 {
+            if n >= 8 {
+                let (a, b) = (rd(src.cast::<u64>()), rd(src.add(n - 8).cast::<u64>()));
+                wr(dst.cast::<u64>(), a);
+                wr(dst.add(n - 8).cast::<u64>(), b);
+            } else if n >= 4 {
+                let (a, b) = (rd(src.cast::<u32>()), rd(src.add(n - 4).cast::<u32>()));
+                wr(dst.cast::<u32>(), a);
+                wr(dst.add(n - 4).cast::<u32>(), b);
+            } else {
+                for i in 0..n {
+                    let b = rd(src.add(i));
+                    wr(dst.add(i), b);
+                }
+            }
+        } else if n <= 32 {
+            let (a, b) = (rd(src.cast::<u128>()), rd(src.add(n - 16).cast::<u128>()));
+            wr(dst.cast::<u128>(), a);
+            wr(dst.add(n - 16).cast::<u128>(), b);
+        } else if n <= 64 {
+            let (a, b) = (
+                rd(src.cast::<[u128; 2]>()),
+                rd(src.add(n - 32).cast::<[u128; 2]>()),
+            );
+            wr(dst.cast::<[u128; 2]>(), a);
+            wr(dst.add(n - 32).cast::<[u128; 2]>(), b);
+        } else {
+            std::ptr::copy(src, dst, n);
+        }
+    }
+}
+
 /// Copies `dst.len()` bytes of the buffers `segs`, starting `offset` bytes
 /// in, into `dst`. Returns how many bytes were copied (fewer when the
 /// buffers end first).
@@ -251,11 +316,7 @@ pub(crate) fn copy_from_segs(segs: &[Seg], mut offset: usize, dst: &mut [u8]) ->
         // n <= len`; `dst[done..done + n]` is in bounds. Source and
         // destination cannot overlap (guest memory is never a Rust slice).
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                (s.hva + offset) as *const u8,
-                dst.as_mut_ptr().add(done),
-                n,
-            );
+            copy_bytes(dst.as_mut_ptr().add(done), (s.hva + offset) as *const u8, n);
         }
         done += n;
         offset = 0;
@@ -264,6 +325,29 @@ pub(crate) fn copy_from_segs(segs: &[Seg], mut offset: usize, dst: &mut [u8]) ->
         }
     }
     done
+}
+
+/// Reads a virtio-net header (`len` = 10 or 12 bytes) from the start of
+/// `segs`: two loads when the first buffer holds it whole (the common
+/// layout), a byte copy otherwise. Missing bytes read as zero.
+#[inline]
+pub(crate) fn read_hdr(segs: &[Seg], len: usize) -> VirtioNetHdr {
+    if let Some(s) = segs.first() {
+        if s.len as usize >= 12 {
+            // SAFETY: the first buffer is checked guest memory (module
+            // invariant) of at least 12 bytes.
+            let (lo, hi) = unsafe {
+                (
+                    std::ptr::read_unaligned(s.hva as *const u64),
+                    std::ptr::read_unaligned((s.hva + 8) as *const u32),
+                )
+            };
+            return VirtioNetHdr::from_words(u64::from_le(lo), u32::from_le(hi), len);
+        }
+    }
+    let mut b = [0u8; MAX_HDR_LEN];
+    copy_from_segs(segs, 0, &mut b[..len.min(MAX_HDR_LEN)]);
+    VirtioNetHdr::from_bytes(&b, len)
 }
 
 /// A cursor writing into a list of guest buffers (an RX frame's chains).
@@ -313,7 +397,7 @@ impl<'a> SegWriter<'a> {
             // `copy_nonoverlapping`) because a hostile guest may make a TX
             // buffer alias an RX buffer.
             unsafe {
-                std::ptr::copy(src as *const u8, (s.hva + self.off) as *mut u8, n);
+                copy_bytes((s.hva + self.off) as *mut u8, src as *const u8, n);
             }
             self.off += n;
             self.written += n;
@@ -321,6 +405,33 @@ impl<'a> SegWriter<'a> {
             len -= n;
         }
         self.written - start
+    }
+
+    /// Writes a virtio-net header (`len` = 10 or 12 bytes) at the start:
+    /// two stores when the first buffer holds it whole.
+    #[inline(always)]
+    pub(crate) fn write_hdr(&mut self, h: &VirtioNetHdr, len: usize) -> usize {
+        if self.written == 0 {
+            if let Some(s) = self.segs.first() {
+                if s.len as usize >= 12 {
+                    let (lo, hi) = h.to_words();
+                    // SAFETY: the first buffer is checked guest memory
+                    // (module invariant) of at least 12 bytes.
+                    unsafe {
+                        std::ptr::write_unaligned(s.hva as *mut u64, lo.to_le());
+                        if len >= 12 {
+                            std::ptr::write_unaligned((s.hva + 8) as *mut u32, hi.to_le());
+                        } else {
+                            std::ptr::write_unaligned((s.hva + 8) as *mut u16, (hi as u16).to_le());
+                        }
+                    }
+                    self.off = len;
+                    self.written = len;
+                    return len;
+                }
+            }
+        }
+        self.write(&h.to_bytes()[..len])
     }
 
     /// Copies a host slice into the buffers.

@@ -288,7 +288,7 @@ impl PackedRing {
         let mut count: u16 = 0;
         let mut total: u64 = 0;
         let mut err: Option<DropReason> = None;
-        let mem = Arc::clone(&self.mem);
+        let mut hint = self.hint;
         let id = loop {
             if count == self.size {
                 // Every slot says NEXT: the ring is corrupt.
@@ -298,7 +298,8 @@ impl PackedRing {
             let d = self.read_desc_at(self.desc, usize::from(slot));
             count += 1;
             if err.is_none() {
-                if let Err(e) = self.take_desc(&mem, d, writable, count == 1, out, &mut total) {
+                if let Err(e) = self.take_desc(d, writable, count == 1, out, &mut total, &mut hint)
+                {
                     err = Some(e);
                 }
             }
@@ -310,8 +311,9 @@ impl PackedRing {
                 break d.id;
             }
         };
+        self.hint = hint;
         self.advance_avail(count);
-        let used = UsedId { id, ndesc: count };
+        let used = UsedId::new(id, count);
         if let Some(e) = err {
             return Popped::Bad(Some(used), e);
         }
@@ -323,14 +325,15 @@ impl PackedRing {
 
     /// Validates one descriptor of a chain and appends its buffer(s).
     fn take_desc(
-        &mut self,
-        mem: &GuestMemory,
+        &self,
         d: Desc,
         writable: bool,
         first: bool,
         out: &mut SegVec,
         total: &mut u64,
+        hint: &mut usize,
     ) -> Result<(), DropReason> {
+        let mem = &*self.mem;
         if d.flags & DESC_F_INDIRECT != 0 {
             if !self.indirect
                 || !first
@@ -342,7 +345,7 @@ impl PackedRing {
                 return Err(DropReason::BadDescriptor);
             }
             let table = mem
-                .translate(d.addr, u64::from(d.len), &mut self.hint)
+                .translate(d.addr, u64::from(d.len), hint)
                 .ok_or(DropReason::BadAddress)?;
             // An indirect table is a plain sequence; its NEXT flags are
             // ignored and nested indirection is refused.
@@ -351,22 +354,23 @@ impl PackedRing {
                 if e.flags & DESC_F_INDIRECT != 0 {
                     return Err(DropReason::BadDescriptor);
                 }
-                self.take_buffer(mem, e, writable, out, total)?;
+                self.take_buffer(e, writable, out, total, hint)?;
             }
             return Ok(());
         }
-        self.take_buffer(mem, d, writable, out, total)
+        self.take_buffer(d, writable, out, total, hint)
     }
 
     #[inline]
     fn take_buffer(
-        &mut self,
-        mem: &GuestMemory,
+        &self,
         d: Desc,
         writable: bool,
         out: &mut SegVec,
         total: &mut u64,
+        hint: &mut usize,
     ) -> Result<(), DropReason> {
+        let mem = &*self.mem;
         if (d.flags & DESC_F_WRITE != 0) != writable {
             return Err(DropReason::BadDescriptor);
         }
@@ -374,7 +378,7 @@ impl PackedRing {
             return Ok(());
         }
         let mut full = false;
-        let ok = mem.translate_pieces(d.addr, u64::from(d.len), &mut self.hint, |hva, len| {
+        let ok = mem.translate_pieces(d.addr, u64::from(d.len), hint, |hva, len| {
             if out.push(Seg { hva, len }) {
                 true
             } else {
@@ -409,7 +413,7 @@ impl PackedRing {
         // mapped ring (kept alive by `self.mem`), 8-aligned.
         unsafe {
             std::ptr::write_volatile((p + 8) as *mut u32, len.to_le());
-            std::ptr::write_volatile((p + 12) as *mut u16, u.id.to_le());
+            std::ptr::write_volatile((p + 12) as *mut u16, u.id().to_le());
         }
         if self.pending_head.is_none() {
             self.pending_head = Some((usize::from(self.next_used), flags));
@@ -418,7 +422,7 @@ impl PackedRing {
                 .store(flags.to_le(), Ordering::Release);
         }
         // Invariant: 1 <= ndesc <= size (it counts slots the buffer took).
-        let next = u32::from(self.next_used) + u32::from(u.ndesc.max(1));
+        let next = u32::from(self.next_used) + u32::from(u.ndesc().max(1));
         if next >= u32::from(self.size) {
             self.next_used = (next - u32::from(self.size)) as u16;
             self.used_wrap = !self.used_wrap;

@@ -209,18 +209,15 @@ impl SplitRing {
     /// Takes the next available chain, appending its segments to `out`.
     ///
     /// Hot path: no allocation, no lock, no syscall.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn next_chain(&mut self, writable: bool, out: &mut SegVec) -> Popped {
         if self.cached_avail() == 0 && self.refresh_avail() == 0 {
             return Popped::Empty;
         }
         let head = self.pop_head();
         match self.parse_chain(head, writable, out) {
-            Ok(len) => Popped::Chain(UsedId { id: head, ndesc: 1 }, len),
-            Err(r) => Popped::Bad(
-                (head < self.size).then_some(UsedId { id: head, ndesc: 1 }),
-                r,
-            ),
+            Ok(len) => Popped::Chain(UsedId::new(head, 1), len),
+            Err(r) => Popped::Bad((head < self.size).then_some(UsedId::new(head, 1)), r),
         }
     }
 
@@ -332,16 +329,31 @@ impl SplitRing {
     /// chain. Returns the total length.
     ///
     /// Hot path: no allocation, no lock, no syscall.
+    #[inline(always)]
     pub(crate) fn parse_chain(
         &mut self,
         head: u16,
         writable: bool,
         out: &mut SegVec,
     ) -> Result<u32, DropReason> {
+        let mut hint = self.hint;
+        let r = self.parse_chain_at(head, writable, out, &mut hint);
+        self.hint = hint;
+        r
+    }
+
+    #[inline(always)]
+    fn parse_chain_at(
+        &self,
+        head: u16,
+        writable: bool,
+        out: &mut SegVec,
+        hint: &mut usize,
+    ) -> Result<u32, DropReason> {
         if head >= self.size {
             return Err(DropReason::BadDescriptor);
         }
-        let mem = Arc::clone(&self.mem);
+        let mem = &*self.mem;
         let mut table = self.desc;
         let mut table_len = self.size;
         let mut idx = head;
@@ -369,7 +381,7 @@ impl SplitRing {
                     return Err(DropReason::BadDescriptor);
                 }
                 table = mem
-                    .translate(d.addr, u64::from(d.len), &mut self.hint)
+                    .translate(d.addr, u64::from(d.len), hint)
                     .ok_or(DropReason::BadAddress)?;
                 table_len = (d.len / 16) as u16;
                 in_indirect = true;
@@ -382,15 +394,14 @@ impl SplitRing {
             }
             if d.len > 0 {
                 let mut full = false;
-                let ok =
-                    mem.translate_pieces(d.addr, u64::from(d.len), &mut self.hint, |hva, len| {
-                        if out.push(Seg { hva, len }) {
-                            true
-                        } else {
-                            full = true;
-                            false
-                        }
-                    });
+                let ok = mem.translate_pieces(d.addr, u64::from(d.len), hint, |hva, len| {
+                    if out.push(Seg { hva, len }) {
+                        true
+                    } else {
+                        full = true;
+                        false
+                    }
+                });
                 if full {
                     return Err(DropReason::TooManySegments);
                 }

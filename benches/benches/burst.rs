@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! ns/frame of the burst API over in-process rings (`testing::LoopbackGuest`):
+//! guest-TX dequeue, guest-RX enqueue (with and without mergeable buffers)
+//! and the echo loop (TX of a pair reflected into its RX, one copy), for
+//! 64, 512, 1514 and 9000-byte frames, bursts of 1 and 32, split and packed
+//! rings.
+//!
+//! Only the device side is timed (`iter_custom`): posting buffers and
+//! reaping used entries (the guest's work) happen outside the timed region.
+//! Each iteration asserts that the burst moved what it should, so a bench
+//! cannot silently measure nothing.
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use vhost_net_backend::device::bits;
+use vhost_net_backend::testing::{LoopbackGuest, LoopbackOpts};
+use vhost_net_backend::VirtioNetHdr;
+
+const SIZES: [usize; 4] = [64, 512, 1514, 9000];
+const BURSTS: [usize; 2] = [1, 32];
+
+fn guest(packed: bool, mrg: bool, size: usize) -> LoopbackGuest {
+    let features = bits::EVENT_IDX | if mrg { bits::MRG_RXBUF } else { 0 };
+    // With mergeable buffers RX buffers are 2 KiB (a 9000-byte frame takes
+    // five); without, each buffer holds a whole frame.
+    let buf_len = if mrg {
+        2048
+    } else {
+        (size + 12).next_multiple_of(64) as u32
+    };
+    let buf_len = buf_len
+        .max((size + 12).next_multiple_of(64) as u32)
+        .max(2048);
+    let buf_len = if mrg && size > 2000 {
+        buf_len.max(2048)
+    } else {
+        buf_len
+    };
+    LoopbackGuest::new(LoopbackOpts {
+        packed,
+        size: 256,
+        features,
+        buf_len,
+    })
+}
+
+fn ring_name(packed: bool) -> &'static str {
+    if packed {
+        "packed"
+    } else {
+        "split"
+    }
+}
+
+fn dequeue(c: &mut Criterion) {
+    let mut g = c.benchmark_group("guest_tx_dequeue");
+    for packed in [false, true] {
+        for size in SIZES {
+            for burst in BURSTS {
+                let frame = vec![0x5au8; size];
+                let mut lg = guest(packed, true, size);
+                g.throughput(Throughput::Elements(burst as u64));
+                let id = BenchmarkId::new(format!("{}_{size}B", ring_name(packed)), burst);
+                g.bench_function(id, |b| {
+                    b.iter_custom(|iters| {
+                        let mut t = Duration::ZERO;
+                        let mut buf = [0u8; 64];
+                        for _ in 0..iters {
+                            assert_eq!(lg.post_tx(&frame, burst), burst);
+                            let s = Instant::now();
+                            let n = lg.qp.tx.recv_burst(burst, |f| {
+                                // Read what a switch reads: the private head.
+                                buf[..f.head().len()].copy_from_slice(f.head());
+                            });
+                            t += s.elapsed();
+                            assert_eq!(n, burst);
+                            assert_eq!(lg.reap_tx(), burst);
+                        }
+                        std::hint::black_box(buf);
+                        t
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+fn enqueue(c: &mut Criterion) {
+    let mut g = c.benchmark_group("guest_rx_enqueue");
+    for packed in [false, true] {
+        for mrg in [true, false] {
+            for size in SIZES {
+                for burst in BURSTS {
+                    let frame = vec![0xa5u8; size];
+                    let mut lg = guest(packed, mrg, size);
+                    let per_frame = if mrg { (size + 12).div_ceil(2048) } else { 1 };
+                    let hdr = VirtioNetHdr::default();
+                    g.throughput(Throughput::Elements(burst as u64));
+                    let id = BenchmarkId::new(
+                        format!(
+                            "{}_{}_{size}B",
+                            ring_name(packed),
+                            if mrg { "mrg" } else { "nomrg" }
+                        ),
+                        burst,
+                    );
+                    g.bench_function(id, |b| {
+                        b.iter_custom(|iters| {
+                            let mut t = Duration::ZERO;
+                            for _ in 0..iters {
+                                let want = burst * per_frame;
+                                assert_eq!(lg.post_rx(want), want);
+                                let s = Instant::now();
+                                {
+                                    let mut rx = lg.qp.rx.burst();
+                                    for _ in 0..burst {
+                                        rx.push(&hdr, frame.as_slice()).expect("room");
+                                    }
+                                }
+                                t += s.elapsed();
+                                let (bufs, bytes) = lg.reap_rx();
+                                assert_eq!(bufs, want);
+                                assert_eq!(bytes, (burst * (size + 12)) as u64);
+                            }
+                            t
+                        })
+                    });
+                }
+            }
+        }
+    }
+    g.finish();
+}
+
+fn echo(c: &mut Criterion) {
+    let mut g = c.benchmark_group("echo_loop");
+    for packed in [false, true] {
+        for size in SIZES {
+            for burst in BURSTS {
+                let frame = vec![0x3cu8; size];
+                let mut lg = guest(packed, true, size);
+                let per_frame = (size + 12).div_ceil(2048);
+                g.throughput(Throughput::Elements(burst as u64));
+                let id = BenchmarkId::new(format!("{}_{size}B", ring_name(packed)), burst);
+                g.bench_function(id, |b| {
+                    b.iter_custom(|iters| {
+                        let mut t = Duration::ZERO;
+                        for _ in 0..iters {
+                            assert_eq!(lg.post_tx(&frame, burst), burst);
+                            assert_eq!(lg.post_rx(burst * per_frame), burst * per_frame);
+                            let s = Instant::now();
+                            let qp = &mut lg.qp;
+                            let mut rx = qp.rx.burst();
+                            let n = qp.tx.recv_burst(burst, |f| {
+                                let head = f.head_mut();
+                                let (dst, src) = head.split_at_mut(6);
+                                dst.swap_with_slice(&mut src[..6]);
+                                let hdr = *f.hdr();
+                                rx.push(&hdr, f).expect("room");
+                            });
+                            drop(rx);
+                            t += s.elapsed();
+                            assert_eq!(n, burst);
+                            assert_eq!(lg.reap_tx(), burst);
+                            assert_eq!(lg.reap_rx().0, burst * per_frame);
+                        }
+                        t
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(20);
+    targets = dequeue, enqueue, echo
+}
+criterion_main!(benches);

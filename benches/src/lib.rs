@@ -1,0 +1,1 @@
+//! Benches live in `benches/benches/`; see the README.

@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The four single-producer/single-consumer rings of an AF_XDP socket, as
+//! seen from user space.
+//!
+//! Each ring is one shared mapping holding a producer index, a consumer
+//! index, a flags word and a power-of-two array of descriptors (`u64` UMEM
+//! addresses for the fill and completion rings, [`libc::xdp_desc`] for RX
+//! and TX):
+//!
+//! ```text
+//!             consumer (cons)                producer (prod)
+//!                   v                              v
+//!   descs: | free | valid valid valid valid valid | free free ... |
+//!          '-- index & mask --'
+//!
+//!   valid entries:  prod - cons            (u32, wrapping)
+//!   free slots:     size - (prod - cons)
+//! ```
+//!
+//! The indices are free-running `u32`s: they only ever increase, wrap at
+//! 2^32, and are reduced with `& (size - 1)` when a slot is addressed. All
+//! differences are taken with wrapping arithmetic, so `prod - cons` is
+//! correct across the wrap as long as it never exceeds `size` (which the
+//! protocol guarantees: a producer never has more than `size` entries
+//! outstanding).
+//!
+//! User space **produces** on the fill and TX rings ([`ProducerRing`]) and
+//! **consumes** from the RX and completion rings ([`ConsumerRing`]); the
+//! kernel is the other side of each.
+//!
+//! # Ordering rules (the same as the kernel's `xsk_queue.h`)
+//!
+//! * Producer: write descriptors, then publish the new producer index with
+//!   a `Release` store, so the consumer that reads the index also sees the
+//!   descriptors.
+//! * Consumer: read the producer index with an `Acquire` load before reading
+//!   any descriptor it covers.
+//! * Consumer: after it is done with the descriptors, publish the new
+//!   consumer index with a `Release` store, so the producer cannot reuse a
+//!   slot that is still being read.
+//! * Producer: read the consumer index with an `Acquire` load before
+//!   overwriting the slots it frees.
+//!
+//! Each side keeps a *cached* copy of the other side's index and refreshes
+//! it only when the cache says the ring is full (producer) or empty
+//! (consumer), so the shared cache line is touched once per burst, not once
+//! per descriptor. Publishing is also batched: [`ProducerRing::push`] and
+//! [`ConsumerRing::pop`] move only the local index; [`ProducerRing::submit`]
+//! and [`ConsumerRing::release`] make a whole burst visible with one store.
+//!
+//! The flags word carries `XDP_RING_NEED_WAKEUP`. It is a hint the kernel
+//! re-evaluates on every pass, read with a `Relaxed` load: a stale read costs
+//! at most one needless or one late wake-up, which the next burst repairs.
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::sys::Mmap;
+
+/// Where the parts of one ring are.
+#[derive(Debug)]
+pub(super) struct RingMem<T> {
+    producer: NonNull<AtomicU32>,
+    consumer: NonNull<AtomicU32>,
+    flags: NonNull<AtomicU32>,
+    descs: NonNull<T>,
+    size: u32,
+    /// Keeps the mapping alive (`None` in unit tests, where the test owns
+    /// the memory).
+    _map: Option<Mmap>,
+    _ty: PhantomData<T>,
+}
+
+// SAFETY: the pointers reference memory owned by `_map` (or, in tests, by
+// the test for the ring's lifetime); the ring is the only user-space handle
+// to it, so sending it to another thread moves all access with it.
+unsafe impl<T: Send> Send for RingMem<T> {}
+
+impl<T> RingMem<T> {
+    /// Locates a ring inside a mapping, at the offsets `XDP_MMAP_OFFSETS`
+    /// reported.
+    ///
+    /// # Safety
+    ///
+    /// `map` is the kernel's mapping of a ring of `size` entries of `T`
+    /// (a power of two), and the offsets are the kernel's: `producer`,
+    /// `consumer` and `flags` are 4-byte aligned `u32`s inside the mapping,
+    /// and `desc + size * size_of::<T>()` fits in it, suitably aligned.
+    pub(super) unsafe fn from_mmap(
+        map: Mmap,
+        size: u32,
+        producer: u64,
+        consumer: u64,
+        flags: u64,
+        desc: u64,
+    ) -> Self {
+        let base = map.as_ptr();
+        let at = |off: u64| {
+            debug_assert!(off < map.len() as u64);
+            // SAFETY: the caller guarantees `off` is inside the mapping.
+            unsafe { base.add(off as usize) }
+        };
+        let (producer, consumer, flags, descs) = (
+            at(producer).cast::<AtomicU32>(),
+            at(consumer).cast::<AtomicU32>(),
+            at(flags).cast::<AtomicU32>(),
+            at(desc).cast::<T>(),
+        );
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::from_raw(producer, consumer, flags, descs, size, Some(map)) }
+    }
+
+    /// # Safety
+    ///
+    /// The four pointers are valid and aligned for the ring's lifetime;
+    /// `descs` points to `size` (a power of two) entries; `map` owns them,
+    /// or the caller keeps them alive until the ring is dropped.
+    unsafe fn from_raw(
+        producer: NonNull<AtomicU32>,
+        consumer: NonNull<AtomicU32>,
+        flags: NonNull<AtomicU32>,
+        descs: NonNull<T>,
+        size: u32,
+        map: Option<Mmap>,
+    ) -> Self {
+        assert!(size.is_power_of_two(), "ring size {size} is not a power of two");
+        Self {
+            producer,
+            consumer,
+            flags,
+            descs,
+            size,
+            _map: map,
+            _ty: PhantomData,
+        }
+    }
+
+    fn producer(&self) -> &AtomicU32 {
+        // SAFETY: valid and aligned for the ring's lifetime (constructor
+        // contract); shared with the kernel only through atomic accesses.
+        unsafe { self.producer.as_ref() }
+    }
+
+    fn consumer(&self) -> &AtomicU32 {
+        // SAFETY: as for `producer`.
+        unsafe { self.consumer.as_ref() }
+    }
+
+    fn flags(&self) -> &AtomicU32 {
+        // SAFETY: as for `producer`.
+        unsafe { self.flags.as_ref() }
+    }
+
+    /// Pointer to the slot for free-running index `idx`.
+    fn slot(&self, idx: u32) -> *mut T {
+        let i = (idx & (self.size - 1)) as usize;
+        // SAFETY: `i < size` and `descs` points to `size` entries.
+        unsafe { self.descs.as_ptr().add(i) }
+    }
+}
+
+/// Free slots of a producer, from its cached `consumer + size` and its own
+/// producer index.
+#[inline]
+pub(super) const fn free_slots(cons_plus_size: u32, prod: u32) -> u32 {
+    cons_plus_size.wrapping_sub(prod)
+}
+
+/// Valid entries for a consumer between its own index and the producer's.
+#[inline]
+pub(super) const fn valid_entries(prod: u32, cons: u32) -> u32 {
+    prod.wrapping_sub(cons)
+}
+
+// ===== impl ProducerRing =====
+
+/// The user-space producer side of a ring (fill, TX).
+#[derive(Debug)]
+pub(super) struct ProducerRing<T> {
+    mem: RingMem<T>,
+    /// Next index to write (ahead of the shared producer index by the
+    /// pushed but not yet submitted entries).
+    prod: u32,
+    /// Cached `consumer + size`: slots up to here are free.
+    cons_plus_size: u32,
+}
+
+impl<T: Copy> ProducerRing<T> {
+    /// Takes the producer role over `mem`.
+    pub(super) fn new(mem: RingMem<T>) -> Self {
+        // Relaxed: user space is the only writer of this index.
+        let prod = mem.producer().load(Ordering::Relaxed);
+        let cons_plus_size = mem.consumer().load(Ordering::Acquire).wrapping_add(mem.size);
+        Self {
+            mem,
+            prod,
+            cons_plus_size,
+        }
+    }
+
+    /// The ring's capacity.
+    pub(super) fn size(&self) -> u32 {
+        self.mem.size
+    }
+
+    /// Free slots, refreshing the cached consumer index (`Acquire`) only if
+    /// the cache shows fewer than `wanted`.
+    pub(super) fn free(&mut self, wanted: u32) -> u32 {
+        let free = free_slots(self.cons_plus_size, self.prod);
+        if free >= wanted {
+            return free;
+        }
+        self.cons_plus_size = self
+            .mem
+            .consumer()
+            .load(Ordering::Acquire)
+            .wrapping_add(self.mem.size);
+        free_slots(self.cons_plus_size, self.prod)
+    }
+
+    /// Writes one entry into the next slot (not yet visible to the kernel:
+    /// see [`ProducerRing::submit`]). Returns `false` if the ring is full.
+    pub(super) fn push(&mut self, item: T) -> bool {
+        if self.free(1) == 0 {
+            return false;
+        }
+        // SAFETY: the slot is free: the consumer index read with Acquire in
+        // `free` is past it, so the kernel no longer reads it, and it is not
+        // published yet, so the kernel does not read it either.
+        unsafe { self.mem.slot(self.prod).write(item) };
+        self.prod = self.prod.wrapping_add(1);
+        true
+    }
+
+    /// Entries pushed but not yet submitted.
+    pub(super) fn unsubmitted(&self) -> u32 {
+        // Relaxed: only this side writes the producer index.
+        valid_entries(self.prod, self.mem.producer().load(Ordering::Relaxed))
+    }
+
+    /// Publishes every pushed entry with one `Release` store of the
+    /// producer index; returns how many were published.
+    pub(super) fn submit(&mut self) -> u32 {
+        let n = self.unsubmitted();
+        if n > 0 {
+            self.mem.producer().store(self.prod, Ordering::Release);
+        }
+        n
+    }
+
+    /// Submitted entries the kernel has not consumed yet (refreshes the
+    /// cached consumer index).
+    pub(super) fn in_flight(&mut self) -> u32 {
+        let published = self.mem.producer().load(Ordering::Relaxed);
+        let cons = self.mem.consumer().load(Ordering::Acquire);
+        self.cons_plus_size = cons.wrapping_add(self.mem.size);
+        valid_entries(published, cons)
+    }
+
+    /// Whether the kernel asked to be woken up (`XDP_RING_NEED_WAKEUP`).
+    pub(super) fn needs_wakeup(&self) -> bool {
+        self.mem.flags().load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+}
+
+// ===== impl ConsumerRing =====
+
+/// The user-space consumer side of a ring (RX, completion).
+#[derive(Debug)]
+pub(super) struct ConsumerRing<T> {
+    mem: RingMem<T>,
+    /// Next index to read (ahead of the shared consumer index by the popped
+    /// but not yet released entries).
+    cons: u32,
+    /// Cached producer index: entries before it are valid.
+    prod: u32,
+}
+
+impl<T: Copy> ConsumerRing<T> {
+    /// Takes the consumer role over `mem`.
+    pub(super) fn new(mem: RingMem<T>) -> Self {
+        // Relaxed: user space is the only writer of this index.
+        let cons = mem.consumer().load(Ordering::Relaxed);
+        let prod = mem.producer().load(Ordering::Acquire);
+        Self { mem, cons, prod }
+    }
+
+    /// The ring's capacity.
+    pub(super) fn size(&self) -> u32 {
+        self.mem.size
+    }
+
+    /// Valid entries not popped yet, refreshing the cached producer index
+    /// (`Acquire`) only if the cache shows none.
+    pub(super) fn available(&mut self) -> u32 {
+        let n = valid_entries(self.prod, self.cons);
+        if n > 0 {
+            return n;
+        }
+        self.prod = self.mem.producer().load(Ordering::Acquire);
+        let n = valid_entries(self.prod, self.cons);
+        debug_assert!(n <= self.mem.size, "producer ran {n} entries ahead");
+        n
+    }
+
+    /// Reads the next valid entry; the slot stays reserved until
+    /// [`ConsumerRing::release`].
+    pub(super) fn pop(&mut self) -> Option<T> {
+        if self.available() == 0 {
+            return None;
+        }
+        // SAFETY: the entry is valid: the producer index, read with Acquire
+        // in `available`, is past it, and the kernel does not overwrite it
+        // until the consumer index (published in `release`) passes it.
+        let item = unsafe { self.mem.slot(self.cons).read() };
+        self.cons = self.cons.wrapping_add(1);
+        Some(item)
+    }
+
+    /// Returns every popped slot to the kernel with one `Release` store of
+    /// the consumer index; returns how many were released.
+    pub(super) fn release(&mut self) -> u32 {
+        // Relaxed: only this side writes the consumer index.
+        let n = valid_entries(self.cons, self.mem.consumer().load(Ordering::Relaxed));
+        if n > 0 {
+            self.mem.consumer().store(self.cons, Ordering::Release);
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring's shared memory without a kernel: the test plays the other
+    /// side through a second view of the same memory.
+    struct FakeRing<T, const N: usize> {
+        producer: AtomicU32,
+        consumer: AtomicU32,
+        flags: AtomicU32,
+        descs: [T; N],
+    }
+
+    impl<T: Copy, const N: usize> FakeRing<T, N> {
+        fn new(fill: T, start: u32) -> Box<Self> {
+            Box::new(Self {
+                producer: AtomicU32::new(start),
+                consumer: AtomicU32::new(start),
+                flags: AtomicU32::new(0),
+                descs: [fill; N],
+            })
+        }
+
+        fn mem(&mut self) -> RingMem<T> {
+            let size = u32::try_from(N).unwrap();
+            // SAFETY: the fields are valid, aligned and outlive every ring
+            // built in these tests (the box is dropped after them).
+            unsafe {
+                RingMem::from_raw(
+                    NonNull::from(&self.producer),
+                    NonNull::from(&self.consumer),
+                    NonNull::from(&self.flags),
+                    NonNull::from(&mut self.descs).cast::<T>(),
+                    size,
+                    None,
+                )
+            }
+        }
+    }
+
+    #[test]
+    fn index_arithmetic_wraps() {
+        assert_eq!(free_slots(8, 0), 8);
+        assert_eq!(free_slots(8, 8), 0);
+        // consumer at u32::MAX - 1, size 8: cons + size wrapped to 6.
+        let cons = u32::MAX - 1;
+        let cps = cons.wrapping_add(8);
+        assert_eq!(cps, 6);
+        assert_eq!(free_slots(cps, cons), 8);
+        assert_eq!(free_slots(cps, cons.wrapping_add(5)), 3);
+        assert_eq!(free_slots(cps, 6), 0);
+        assert_eq!(valid_entries(2, u32::MAX - 1), 4);
+        assert_eq!(valid_entries(5, 5), 0);
+    }
+
+    #[test]
+    fn produce_then_consume_across_the_wrap() {
+        // Start 3 before the u32 wrap so the indices wrap mid-test.
+        let mut fake = FakeRing::<u64, 8>::new(0, u32::MAX - 3);
+        let mut prod = ProducerRing::new(fake.mem());
+        let mut cons = ConsumerRing::new(fake.mem());
+        let mut next_in = 0u64;
+        let mut next_out = 0u64;
+        for round in 0..50u64 {
+            let burst = 1 + round % 8;
+            let mut pushed = 0;
+            while pushed < burst && prod.push(next_in) {
+                next_in += 1;
+                pushed += 1;
+            }
+            assert_eq!(prod.unsubmitted(), u32::try_from(pushed).unwrap());
+            // Nothing visible before submit.
+            assert_eq!(cons.available(), valid_entries(cons.prod, cons.cons));
+            prod.submit();
+            assert_eq!(prod.unsubmitted(), 0);
+            while let Some(v) = cons.pop() {
+                assert_eq!(v, next_out);
+                next_out += 1;
+            }
+            cons.release();
+            assert_eq!(prod.in_flight(), 0);
+        }
+        assert_eq!(next_in, next_out);
+        assert!(fake.producer.load(Ordering::Relaxed) < 1000, "indices wrapped");
+    }
+
+    #[test]
+    fn producer_stops_when_full_until_consumer_releases() {
+        let mut fake = FakeRing::<u64, 4>::new(0, u32::MAX - 1);
+        let mut prod = ProducerRing::new(fake.mem());
+        let mut cons = ConsumerRing::new(fake.mem());
+        for i in 0..4 {
+            assert!(prod.push(i));
+        }
+        assert!(!prod.push(99), "ring of 4 holds 4");
+        assert_eq!(prod.free(1), 0);
+        prod.submit();
+        assert_eq!(prod.in_flight(), 4);
+        // Popped but not released: the slots stay taken.
+        assert_eq!(cons.pop(), Some(0));
+        assert_eq!(cons.pop(), Some(1));
+        assert_eq!(prod.free(1), 0);
+        assert_eq!(cons.release(), 2);
+        assert_eq!(prod.free(1), 2);
+        assert!(prod.push(4) && prod.push(5));
+        assert!(!prod.push(6));
+        prod.submit();
+        let rest: Vec<u64> = std::iter::from_fn(|| cons.pop()).collect();
+        assert_eq!(rest, [2, 3, 4, 5]);
+        assert_eq!(cons.release(), 4);
+        assert_eq!(prod.free(4), 4);
+    }
+
+    #[test]
+    fn consumer_sees_nothing_until_producer_publishes() {
+        let mut fake = FakeRing::<libc::xdp_desc, 2>::new(
+            libc::xdp_desc {
+                addr: 0,
+                len: 0,
+                options: 0,
+            },
+            7,
+        );
+        let mut prod = ProducerRing::new(fake.mem());
+        let mut cons = ConsumerRing::new(fake.mem());
+        let d = libc::xdp_desc {
+            addr: 0x100,
+            len: 60,
+            options: 0,
+        };
+        assert!(prod.push(d));
+        assert!(cons.pop().is_none());
+        assert_eq!(prod.submit(), 1);
+        let got = cons.pop().unwrap();
+        assert_eq!((got.addr, got.len), (0x100, 60));
+        assert_eq!(cons.release(), 1);
+        assert_eq!(cons.release(), 0, "nothing new to release");
+        assert_eq!(prod.submit(), 0, "nothing new to submit");
+    }
+
+    #[test]
+    fn need_wakeup_flag() {
+        let mut fake = FakeRing::<u64, 2>::new(0, 0);
+        let prod = ProducerRing::new(fake.mem());
+        assert!(!prod.needs_wakeup());
+        fake.flags
+            .store(libc::XDP_RING_NEED_WAKEUP, Ordering::Relaxed);
+        assert!(prod.needs_wakeup());
+    }
+}

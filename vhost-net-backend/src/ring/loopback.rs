@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! A guest double for benches and fuzzing: one queue pair whose rings live
+//! in anonymous memory of this process, driven from the caller's thread with
+//! no socket and no control plane in between.
+//!
+//! Each ring has a fixed buffer per descriptor slot: TX buffer `i` holds the
+//! `i`-th posted frame (header + bytes), RX buffer `i` is `buf_len` bytes.
+//! Posting writes descriptors and publishes them (split: avail entries and
+//! one release store of `avail.idx`; packed: descriptors with the head's
+//! flags stored last); reaping reads the used side back. It is a driver as
+//! simple as possible, not a validating one: the ring tests and the
+//! in-process driver (`test_utils`) check protocol details.
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+
+use super::memory::GuestMemory;
+use super::{Layout, PackedLayout, SplitLayout};
+use crate::device::{bits, Negotiated, MAX_FRAME_LEN};
+use crate::queue::{QueuePair, RingConfig, VringShared};
+
+const WRITE: u16 = 2;
+const AVAIL: u16 = 1 << 7;
+const USED: u16 = 1 << 15;
+
+/// How to build a [`LoopbackGuest`].
+#[derive(Debug, Clone, Copy)]
+pub struct LoopbackOpts {
+    /// Packed rings instead of split.
+    pub packed: bool,
+    /// Ring size (a power of two for split rings).
+    pub size: u16,
+    /// Acked virtio features (EVENT_IDX, MRG_RXBUF, ... ; VERSION_1 is
+    /// always added; RING_PACKED follows `packed`).
+    pub features: u64,
+    /// Length of each RX buffer (and the largest TX frame + header).
+    pub buf_len: u32,
+}
+
+impl Default for LoopbackOpts {
+    fn default() -> Self {
+        Self {
+            packed: false,
+            size: 256,
+            features: bits::MRG_RXBUF,
+            buf_len: 2048,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct DrvRing {
+    packed: bool,
+    size: u16,
+    desc: usize,
+    avail: usize,
+    used: usize,
+    bufs: usize,
+    buf_len: usize,
+    /// Split: next avail index. Packed: next slot + wrap.
+    next: u16,
+    wrap: bool,
+    /// Reaping position (split: last used idx seen; packed: next used slot).
+    reap: u16,
+    reap_wrap: bool,
+    /// Buffers outstanding (posted, not reaped).
+    outstanding: u16,
+}
+
+/// One queue pair of a fake guest.
+#[derive(Debug)]
+pub struct LoopbackGuest {
+    mem: Arc<GuestMemory>,
+    rx: DrvRing,
+    tx: DrvRing,
+    hdr_len: usize,
+    /// The device side, to drive with the burst API.
+    pub qp: QueuePair,
+}
+
+const GPA: u64 = 0x1_0000_0000;
+
+impl LoopbackGuest {
+    /// Lays out both rings and their buffers and starts the queue pair.
+    ///
+    /// # Panics
+    /// On an invalid `opts` (size 0, a split size that is not a power of
+    /// two, a buffer shorter than 64 bytes).
+    pub fn new(opts: LoopbackOpts) -> Self {
+        assert!(opts.size > 0 && (opts.packed || opts.size.is_power_of_two()));
+        assert!(opts.buf_len >= 64);
+        let n = usize::from(opts.size);
+        let ring_bytes = (16 * n + 4096 + 8 * n + 4096).next_multiple_of(4096);
+        let buf_bytes = n * opts.buf_len as usize;
+        let total = 2 * (ring_bytes + buf_bytes);
+        let mem = Arc::new(GuestMemory::anonymous(&[(GPA, total)]));
+        let mut hint = 0;
+        let base = mem
+            .translate(GPA, total as u64, &mut hint)
+            .expect("loopback memory");
+        let mk = |off: usize| {
+            let desc = base + off;
+            let avail = desc + 16 * n;
+            let used = (avail + 6 + 2 * n).next_multiple_of(4096);
+            DrvRing {
+                packed: opts.packed,
+                size: opts.size,
+                desc,
+                avail,
+                used,
+                bufs: base + off + ring_bytes,
+                buf_len: opts.buf_len as usize,
+                next: 0,
+                wrap: true,
+                reap: 0,
+                reap_wrap: true,
+                outstanding: 0,
+            }
+        };
+        let rx = mk(0);
+        let tx = mk(ring_bytes + buf_bytes);
+        let mut features = opts.features | bits::VERSION_1;
+        if opts.packed {
+            features |= bits::RING_PACKED;
+        }
+        let features = Negotiated::new(features);
+        let gpa_of = |hva: usize| GPA + (hva - base) as u64;
+        let layout = |r: &DrvRing| {
+            if opts.packed {
+                Layout::Packed(PackedLayout {
+                    desc: gpa_of(r.desc),
+                    driver: gpa_of(r.avail),
+                    device: gpa_of(r.used),
+                    size: opts.size,
+                })
+            } else {
+                Layout::Split(SplitLayout {
+                    desc: gpa_of(r.desc),
+                    avail: gpa_of(r.avail),
+                    used: gpa_of(r.used),
+                    size: opts.size,
+                })
+            }
+        };
+        let base_idx = if opts.packed { 0x8000_8000 } else { 0 };
+        let shared: Vec<Arc<VringShared>> = (0..2)
+            .map(|_| Arc::new(VringShared::new().expect("eventfd")))
+            .collect();
+        for (i, r) in [&rx, &tx].into_iter().enumerate() {
+            let cfg = RingConfig {
+                mem: Arc::clone(&mem),
+                layout: layout(r),
+                base: base_idx,
+                epoch: 1,
+                kick: None,
+                call: None,
+                features,
+                max_frame: MAX_FRAME_LEN,
+            };
+            // Not attached yet: applied at the first burst, no wait.
+            shared[i].publish(Some(Arc::new(cfg)));
+        }
+        let qp = QueuePair::new(0, Arc::clone(&shared[0]), Arc::clone(&shared[1]));
+        let g = Self {
+            mem,
+            rx,
+            tx,
+            hdr_len: features.hdr_len(),
+            qp,
+        };
+        // Descriptor i always points at buffer i (split); packed descriptors
+        // are written at post time.
+        if !opts.packed {
+            let (rx_bufs, tx_bufs, len) = (g.rx.bufs, g.tx.bufs, opts.buf_len);
+            for i in 0..opts.size {
+                let off = usize::from(i) * len as usize;
+                write_desc(g.rx.desc, i, gpa_of(rx_bufs + off), len, WRITE, 0);
+                write_desc(g.tx.desc, i, gpa_of(tx_bufs + off), len, 0, 0);
+            }
+        }
+        g
+    }
+
+    /// Length of the virtio-net header in front of every frame.
+    pub fn hdr_len(&self) -> usize {
+        self.hdr_len
+    }
+
+    fn gpa(&self, hva: usize) -> u64 {
+        let mut hint = 0;
+        let base = self.mem.translate(GPA, 0, &mut hint).expect("base");
+        GPA + (hva - base) as u64
+    }
+
+    /// Posts up to `n` copies of `frame` (with a zero virtio-net header) on
+    /// the TX ring; returns how many were posted (limited by free slots).
+    pub fn post_tx(&mut self, frame: &[u8], n: usize) -> usize {
+        let len = self.hdr_len + frame.len();
+        assert!(len <= self.tx.buf_len, "frame larger than the TX buffers");
+        let free = usize::from(self.tx.size - self.tx.outstanding);
+        let n = n.min(free);
+        for _ in 0..n {
+            let slot = self.tx.slot();
+            let buf = self.tx.bufs + usize::from(slot) * self.tx.buf_len;
+            write_bytes(buf, &[0u8; 12][..self.hdr_len]);
+            write_bytes(buf + self.hdr_len, frame);
+            if self.tx.packed {
+                let gpa = self.gpa(buf);
+                self.tx.post_packed(gpa, len as u32, 0, slot);
+            } else {
+                self.tx.post_split_entry(slot, len as u32);
+            }
+        }
+        self.tx.publish_split();
+        n
+    }
+
+    /// Makes up to `n` RX buffers available; returns how many.
+    pub fn post_rx(&mut self, n: usize) -> usize {
+        let free = usize::from(self.rx.size - self.rx.outstanding);
+        let n = n.min(free);
+        for _ in 0..n {
+            let slot = self.rx.slot();
+            if self.rx.packed {
+                let buf = self.rx.bufs + usize::from(slot) * self.rx.buf_len;
+                let gpa = self.gpa(buf);
+                self.rx
+                    .post_packed(gpa, self.rx.buf_len as u32, WRITE, slot);
+            } else {
+                self.rx.post_split_entry(slot, self.rx.buf_len as u32);
+            }
+        }
+        self.rx.publish_split();
+        n
+    }
+
+    /// Consumes used TX entries; returns how many buffers came back.
+    pub fn reap_tx(&mut self) -> usize {
+        self.tx.reap(&mut |_, _| {})
+    }
+
+    /// Consumes used RX entries; returns (buffers, bytes written).
+    pub fn reap_rx(&mut self) -> (usize, u64) {
+        let mut bytes = 0u64;
+        let n = self.rx.reap(&mut |_, len| bytes += u64::from(len));
+        (n, bytes)
+    }
+
+    /// Consumes used RX entries, calling `f` with each buffer's contents
+    /// (virtio-net header included).
+    pub fn reap_rx_with(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
+        let bufs = self.rx.bufs;
+        let blen = self.rx.buf_len;
+        self.rx.reap(&mut |id, len| {
+            let len = (len as usize).min(blen);
+            let mut v = vec![0u8; len];
+            read_bytes(bufs + usize::from(id) * blen, &mut v);
+            f(&v);
+        })
+    }
+}
+
+impl DrvRing {
+    /// The slot (split: descriptor id; packed: ring slot and buffer id) for
+    /// the next post. Buffers are used in order, so slot = next % size.
+    fn slot(&self) -> u16 {
+        if self.packed {
+            self.next
+        } else {
+            self.next & (self.size - 1)
+        }
+    }
+
+    fn post_split_entry(&mut self, id: u16, len: u32) {
+        // Refresh the length (TX frames vary).
+        let d = self.desc + 16 * usize::from(id) + 8;
+        // SAFETY: `id < size`: inside the descriptor table in loopback
+        // memory owned by `self`'s guest.
+        unsafe { std::ptr::write_volatile(d as *mut u32, len.to_le()) };
+        let slot = usize::from(self.next & (self.size - 1));
+        write_u16(self.avail + 4 + 2 * slot, id);
+        self.next = self.next.wrapping_add(1);
+        self.outstanding += 1;
+    }
+
+    fn publish_split(&mut self) {
+        if !self.packed {
+            // SAFETY: `avail + 2` is the 2-aligned avail.idx field inside
+            // loopback memory.
+            let idx = unsafe { &*((self.avail + 2) as *const AtomicU16) };
+            idx.store(self.next, Ordering::Release);
+        }
+    }
+
+    fn post_packed(&mut self, gpa: u64, len: u32, flags: u16, id: u16) {
+        let f = flags | if self.wrap { AVAIL } else { USED };
+        let p = self.desc + 16 * usize::from(self.next);
+        // SAFETY: slot `next < size` of the descriptor ring in loopback
+        // memory; 8-aligned. The flags are stored last, below.
+        unsafe {
+            std::ptr::write_volatile(p as *mut u64, gpa.to_le());
+            std::ptr::write_volatile((p + 8) as *mut u32, len.to_le());
+            std::ptr::write_volatile((p + 12) as *mut u16, id.to_le());
+        }
+        // SAFETY: the flags field of slot `next < size`, 2-aligned.
+        let fl = unsafe { &*((self.desc + 16 * usize::from(self.next) + 14) as *const AtomicU16) };
+        fl.store(f, Ordering::Release);
+        self.next += 1;
+        if self.next == self.size {
+            self.next = 0;
+            self.wrap = !self.wrap;
+        }
+        self.outstanding += 1;
+    }
+
+    fn reap(&mut self, f: &mut dyn FnMut(u16, u32)) -> usize {
+        let mut n = 0;
+        if self.packed {
+            loop {
+                let p = self.desc + 16 * usize::from(self.reap);
+                // SAFETY: slot `reap < size` inside loopback memory.
+                let fl = unsafe { &*((p + 14) as *const AtomicU16) }.load(Ordering::Acquire);
+                let used =
+                    (fl & USED != 0) == self.reap_wrap && (fl & AVAIL != 0) == self.reap_wrap;
+                if !used || self.outstanding == 0 {
+                    break;
+                }
+                // SAFETY: as above.
+                let (len, id) = unsafe {
+                    (
+                        u32::from_le(std::ptr::read_volatile((p + 8) as *const u32)),
+                        u16::from_le(std::ptr::read_volatile((p + 12) as *const u16)),
+                    )
+                };
+                f(id, len);
+                self.reap += 1;
+                if self.reap == self.size {
+                    self.reap = 0;
+                    self.reap_wrap = !self.reap_wrap;
+                }
+                self.outstanding -= 1;
+                n += 1;
+            }
+        } else {
+            // SAFETY: used.idx, 2-aligned, inside loopback memory.
+            let idx = unsafe { &*((self.used + 2) as *const AtomicU16) }.load(Ordering::Acquire);
+            while self.reap != idx {
+                let e = self.used + 4 + 8 * usize::from(self.reap & (self.size - 1));
+                // SAFETY: a used element inside the used ring.
+                let (id, len) = unsafe {
+                    (
+                        u32::from_le(std::ptr::read_volatile(e as *const u32)),
+                        u32::from_le(std::ptr::read_volatile((e + 4) as *const u32)),
+                    )
+                };
+                f(id as u16, len);
+                self.reap = self.reap.wrapping_add(1);
+                self.outstanding -= 1;
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+fn write_desc(table: usize, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
+    let p = table + 16 * usize::from(i);
+    // SAFETY: callers pass a slot inside a descriptor table in loopback
+    // memory; 8-aligned.
+    unsafe {
+        std::ptr::write_volatile(p as *mut u64, addr.to_le());
+        std::ptr::write_volatile((p + 8) as *mut u32, len.to_le());
+        std::ptr::write_volatile((p + 12) as *mut u16, flags.to_le());
+        std::ptr::write_volatile((p + 14) as *mut u16, next.to_le());
+    }
+}
+
+fn write_u16(addr: usize, v: u16) {
+    // SAFETY: callers pass a 2-aligned field inside loopback memory.
+    unsafe { std::ptr::write_volatile(addr as *mut u16, v.to_le()) }
+}
+
+fn write_bytes(addr: usize, b: &[u8]) {
+    // SAFETY: callers pass a buffer inside loopback memory with room for
+    // `b` (checked against buf_len).
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), addr as *mut u8, b.len()) }
+}
+
+fn read_bytes(addr: usize, b: &mut [u8]) {
+    // SAFETY: as in `write_bytes`.
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, b.as_mut_ptr(), b.len()) }
+}
