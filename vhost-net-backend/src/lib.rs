@@ -71,6 +71,7 @@ pub mod sys;
 #[cfg(feature = "test-utils")]
 pub mod testing {
     pub use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
+    pub use crate::ring::{Layout, PackedLayout, SplitLayout};
 }
 /// An in-process virtio-net driver (the guest side), for tests, benches and fuzzers.
 #[cfg(feature = "test-utils")]

@@ -74,6 +74,7 @@ pub struct LoopbackGuest {
     rx: DrvRing,
     tx: DrvRing,
     hdr_len: usize,
+    len: u64,
     /// The device side, to drive with the burst API.
     pub qp: QueuePair,
 }
@@ -166,6 +167,7 @@ impl LoopbackGuest {
             rx,
             tx,
             hdr_len: features.hdr_len(),
+            len: total as u64,
             qp,
         };
         // Descriptor i always points at buffer i (split); packed descriptors
@@ -179,6 +181,65 @@ impl LoopbackGuest {
             }
         }
         g
+    }
+
+    /// Guest-physical layout of the RX ring (`rx == true`) or TX ring.
+    pub fn layout(&self, rx: bool) -> Layout {
+        let r = if rx { &self.rx } else { &self.tx };
+        let (desc, avail, used) = (self.gpa(r.desc), self.gpa(r.avail), self.gpa(r.used));
+        if r.packed {
+            Layout::Packed(PackedLayout {
+                desc,
+                driver: avail,
+                device: used,
+                size: r.size,
+            })
+        } else {
+            Layout::Split(SplitLayout {
+                desc,
+                avail,
+                used,
+                size: r.size,
+            })
+        }
+    }
+
+    /// Guest-physical address of buffer `i` of the RX or TX ring (buffers
+    /// are `buf_len` bytes, one per descriptor slot).
+    pub fn buffer_gpa(&self, rx: bool, i: u16) -> u64 {
+        let r = if rx { &self.rx } else { &self.tx };
+        self.gpa(r.bufs + usize::from(i) * r.buf_len)
+    }
+
+    /// Guest memory: its guest-physical start and length (one region).
+    pub fn memory_range(&self) -> (u64, u64) {
+        (GPA, self.len)
+    }
+
+    /// Writes raw bytes at a guest-physical address (for hostile rings).
+    ///
+    /// # Panics
+    /// When the range is outside guest memory.
+    pub fn write_guest(&self, gpa: u64, bytes: &[u8]) {
+        let mut hint = 0;
+        let hva = self
+            .mem
+            .translate(gpa, bytes.len() as u64, &mut hint)
+            .expect("write inside guest memory");
+        write_bytes(hva, bytes);
+    }
+
+    /// Reads raw bytes at a guest-physical address.
+    ///
+    /// # Panics
+    /// When the range is outside guest memory.
+    pub fn read_guest(&self, gpa: u64, out: &mut [u8]) {
+        let mut hint = 0;
+        let hva = self
+            .mem
+            .translate(gpa, out.len() as u64, &mut hint)
+            .expect("read inside guest memory");
+        read_bytes(hva, out);
     }
 
     /// Length of the virtio-net header in front of every frame.

@@ -340,7 +340,7 @@ mod tests {
         producer: AtomicU32,
         consumer: AtomicU32,
         flags: AtomicU32,
-        descs: [T; N],
+        descs: std::cell::UnsafeCell<[T; N]>,
     }
 
     impl<T: Copy, const N: usize> FakeRing<T, N> {
@@ -349,11 +349,11 @@ mod tests {
                 producer: AtomicU32::new(start),
                 consumer: AtomicU32::new(start),
                 flags: AtomicU32::new(0),
-                descs: [fill; N],
+                descs: std::cell::UnsafeCell::new([fill; N]),
             })
         }
 
-        fn mem(&mut self) -> RingMem<T> {
+        fn mem(&self) -> RingMem<T> {
             let size = u32::try_from(N).unwrap();
             // SAFETY: the fields are valid, aligned and outlive every ring
             // built in these tests (the box is dropped after them).
@@ -362,7 +362,7 @@ mod tests {
                     NonNull::from(&self.producer),
                     NonNull::from(&self.consumer),
                     NonNull::from(&self.flags),
-                    NonNull::from(&mut self.descs).cast::<T>(),
+                    NonNull::new(self.descs.get().cast::<T>()).unwrap(),
                     size,
                     None,
                 )
@@ -388,7 +388,7 @@ mod tests {
     #[test]
     fn produce_then_consume_across_the_wrap() {
         // Start 3 before the u32 wrap so the indices wrap mid-test.
-        let mut fake = FakeRing::<u64, 8>::new(0, u32::MAX - 3);
+        let fake = FakeRing::<u64, 8>::new(0, u32::MAX - 3);
         let mut prod = ProducerRing::new(fake.mem());
         let mut cons = ConsumerRing::new(fake.mem());
         let mut next_in = 0u64;
@@ -401,8 +401,8 @@ mod tests {
                 pushed += 1;
             }
             assert_eq!(prod.unsubmitted(), u32::try_from(pushed).unwrap());
-            // Nothing visible before submit.
-            assert_eq!(cons.available(), valid_entries(cons.prod, cons.cons));
+            // Nothing is visible before submit.
+            assert_eq!(cons.available(), 0);
             prod.submit();
             assert_eq!(prod.unsubmitted(), 0);
             while let Some(v) = cons.pop() {
@@ -418,7 +418,7 @@ mod tests {
 
     #[test]
     fn producer_stops_when_full_until_consumer_releases() {
-        let mut fake = FakeRing::<u64, 4>::new(0, u32::MAX - 1);
+        let fake = FakeRing::<u64, 4>::new(0, u32::MAX - 1);
         let mut prod = ProducerRing::new(fake.mem());
         let mut cons = ConsumerRing::new(fake.mem());
         for i in 0..4 {
@@ -445,7 +445,7 @@ mod tests {
 
     #[test]
     fn consumer_sees_nothing_until_producer_publishes() {
-        let mut fake = FakeRing::<libc::xdp_desc, 2>::new(
+        let fake = FakeRing::<libc::xdp_desc, 2>::new(
             libc::xdp_desc {
                 addr: 0,
                 len: 0,
@@ -472,7 +472,7 @@ mod tests {
 
     #[test]
     fn need_wakeup_flag() {
-        let mut fake = FakeRing::<u64, 2>::new(0, 0);
+        let fake = FakeRing::<u64, 2>::new(0, 0);
         let prod = ProducerRing::new(fake.mem());
         assert!(!prod.needs_wakeup());
         fake.flags
