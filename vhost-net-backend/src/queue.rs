@@ -285,6 +285,7 @@ impl Vring {
     }
 
     fn disable_notifications(&mut self) {
+        self.sync();
         if let Some(r) = &mut self.ring {
             r.disable_notification();
         }

@@ -19,6 +19,7 @@ use std::os::fd::RawFd;
 use crate::net_hdr::VirtioNetHdr;
 use crate::queue::FrameSource;
 
+pub mod af_xdp;
 pub mod offload;
 
 /// Offloads an uplink handles, as virtio-net feature bits

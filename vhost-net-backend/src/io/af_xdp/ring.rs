@@ -124,7 +124,10 @@ impl<T> RingMem<T> {
         size: u32,
         map: Option<Mmap>,
     ) -> Self {
-        assert!(size.is_power_of_two(), "ring size {size} is not a power of two");
+        assert!(
+            size.is_power_of_two(),
+            "ring size {size} is not a power of two"
+        );
         Self {
             producer,
             consumer,
@@ -191,17 +194,15 @@ impl<T: Copy> ProducerRing<T> {
     pub(super) fn new(mem: RingMem<T>) -> Self {
         // Relaxed: user space is the only writer of this index.
         let prod = mem.producer().load(Ordering::Relaxed);
-        let cons_plus_size = mem.consumer().load(Ordering::Acquire).wrapping_add(mem.size);
+        let cons_plus_size = mem
+            .consumer()
+            .load(Ordering::Acquire)
+            .wrapping_add(mem.size);
         Self {
             mem,
             prod,
             cons_plus_size,
         }
-    }
-
-    /// The ring's capacity.
-    pub(super) fn size(&self) -> u32 {
-        self.mem.size
     }
 
     /// Free slots, refreshing the cached consumer index (`Acquire`) only if
@@ -284,11 +285,6 @@ impl<T: Copy> ConsumerRing<T> {
         let cons = mem.consumer().load(Ordering::Relaxed);
         let prod = mem.producer().load(Ordering::Acquire);
         Self { mem, cons, prod }
-    }
-
-    /// The ring's capacity.
-    pub(super) fn size(&self) -> u32 {
-        self.mem.size
     }
 
     /// Valid entries not popped yet, refreshing the cached producer index
@@ -413,7 +409,10 @@ mod tests {
             assert_eq!(prod.in_flight(), 0);
         }
         assert_eq!(next_in, next_out);
-        assert!(fake.producer.load(Ordering::Relaxed) < 1000, "indices wrapped");
+        assert!(
+            fake.producer.load(Ordering::Relaxed) < 1000,
+            "indices wrapped"
+        );
     }
 
     #[test]

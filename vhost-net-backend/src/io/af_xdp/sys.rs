@@ -168,7 +168,8 @@ pub(super) fn interface_mtu(name: &str) -> io::Result<u32> {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
     // SAFETY: plain syscall with integer arguments.
-    let fd = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: `socket` just returned this fd and nothing else owns it.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: an all-zero ifreq is valid (empty name, zero union).

@@ -1,0 +1,1315 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The AF_XDP uplink: one socket per NIC queue, its own UMEM, its own tiny
+//! XDP program, and nothing but `libc` underneath (no libbpf, no libxdp, no
+//! C toolchain).
+//!
+//! # How frames move
+//!
+//! ```text
+//!                      user space (AfXdp)                  kernel / NIC
+//!
+//!  rx_burst  <-- pop ---- RX ring  <------ produce ---  XDP redirect (XSKMAP[rx queue])
+//!     |  lend &umem[addr..addr+len] to the callback              ^
+//!     v                                                          | takes a frame
+//!  rx free list -- push --> fill ring ---- consume --------------'
+//!
+//!  tx_push: tx free list -> copy frame into UMEM -> push ---> TX ring ---> transmit
+//!                 ^                                                           |
+//!                 '------ pop ------- completion ring <------ produce --------'
+//! ```
+//!
+//! * **RX.** The kernel takes empty frames from the fill ring, writes a
+//!   received frame into one (in copy mode at offset 256,
+//!   `XDP_PACKET_HEADROOM`) and posts its address and length on the RX
+//!   ring. [`AfXdp::rx_burst`](crate::io::Uplink::rx_burst) lends each frame
+//!   to the caller straight from the UMEM (no copy here: the caller copies
+//!   it once into the guest), then returns the whole burst to the fill ring
+//!   with one index store, topping the fill ring up from the RX free list.
+//! * **TX.** [`tx_push`](crate::io::Uplink::tx_push) takes a frame from the
+//!   TX free list, copies the caller's frame into it once
+//!   ([`copy_frame`](crate::copy_frame)), and writes a TX descriptor;
+//!   [`tx_flush`](crate::io::Uplink::tx_flush) publishes the burst, wakes
+//!   the kernel and reaps the completion ring back into the free list.
+//!
+//! The UMEM is split in two fixed pools (see `umem.rs`): the first half of
+//! the frames serve RX, the second half TX, so neither direction can starve
+//! the other.
+//!
+//! # Ordering rules
+//!
+//! Each ring has one producer and one consumer. Descriptors are written
+//! before the producer index is stored with `Release`, and read after the
+//! producer index is loaded with `Acquire`; the consumer index is stored
+//! with `Release` after the last read and loaded with `Acquire` before the
+//! producer reuses a slot. Both sides cache the other side's index and
+//! publish their own once per burst. `ring.rs` has the diagram and the
+//! details.
+//!
+//! # Wake-ups (`need_wakeup`)
+//!
+//! With [`AfXdpConfig::need_wakeup`] the socket is bound with
+//! `XDP_USE_NEED_WAKEUP`, and the kernel sets `XDP_RING_NEED_WAKEUP` in a
+//! ring's flags when it stopped polling it:
+//!
+//! * fill ring flag set: `recvfrom(MSG_DONTWAIT)` after refilling;
+//! * TX ring flag set: `sendto(MSG_DONTWAIT)` after publishing.
+//!
+//! **Copy mode transmits inside `sendto`** (`xsk_generic_xmit`), so every
+//! flush with frames in flight makes the call, whatever the flag says. The
+//! kernel sends at most `XDP_MAX_TX_SKB_BUDGET` frames per call (32 unless
+//! raised; we raise it to the TX ring size where the kernel allows, Linux
+//! 6.17+) and returns `EAGAIN` when more remain, so a flush repeats the call
+//! while the kernel makes progress.
+//!
+//! # The XDP program and its lifetime
+//!
+//! [`XdpProgram`] creates an `XSKMAP`, loads a six-instruction program that
+//! redirects each frame to the socket registered at its RX queue index
+//! (falling back to `XDP_PASS`, so the host stack keeps every other queue),
+//! and attaches it with `BPF_LINK_CREATE`, natively or in generic (SKB)
+//! mode ([`Attach`]). The link is a file descriptor owned by the
+//! [`XdpProgram`]; every [`AfXdp`] on the interface holds an `Arc` of it.
+//! **When the last socket is dropped, or the process exits for any reason,
+//! the link fd is closed and the kernel detaches the program**: nothing is
+//! pinned and nothing is left behind on the interface. A closed socket also
+//! leaves the XSKMAP by itself.
+//!
+//! [`AfXdp::open`] attaches a program for its own queue. To serve several
+//! queues of one interface, attach once and open one socket per queue:
+//!
+//! ```no_run
+//! use vhost_net_backend::io::af_xdp::{AfXdp, AfXdpConfig, Attach, XdpProgram};
+//!
+//! let prog = XdpProgram::attach("eth0", Attach::Auto)?;
+//! let queues = (0..4)
+//!     .map(|q| AfXdp::open_with_program(&prog, AfXdpConfig { queue_id: q, ..Default::default() }))
+//!     .collect::<Result<Vec<_>, _>>()?;
+//! # Ok::<(), vhost_net_backend::io::af_xdp::AfXdpError>(())
+//! ```
+//!
+//! # Copy and zero-copy
+//!
+//! Zero-copy needs driver support (i40e, ice, mlx5, ...). With
+//! [`ZeroCopy::Try`] a driver without it (veth, most virtual NICs) makes
+//! `bind(XDP_ZEROCOPY)` fail with `EOPNOTSUPP`; the socket is then rebuilt
+//! and bound in copy mode, with one warning per interface.
+//! [`AfXdp::bind_mode`] says which mode was bound, as the kernel reports it
+//! (`XDP_OPTIONS`).
+//!
+//! # Offloads
+//!
+//! None: AF_XDP carries bare Ethernet frames. [`tx_push`] refuses a frame
+//! whose header asks for segmentation or checksum completion
+//! ([`TxError::Offload`]); the caller completes it in software first
+//! ([`crate::io::offload`]). Received frames come with an empty header.
+//!
+//! # Requirements
+//!
+//! Linux 5.4 or later (`need_wakeup`, ring flags, the `XDP_PASS` fallback
+//! of `bpf_redirect_map`), 5.9 for XDP BPF links; `CAP_NET_ADMIN`,
+//! `CAP_BPF` and `CAP_NET_RAW` (or root). Aligned UMEM chunks of 2048 or
+//! 4096 bytes. One page-aligned anonymous mapping per socket, pinned by the
+//! kernel (it counts against `RLIMIT_MEMLOCK` on kernels before 5.11).
+//!
+//! [`tx_push`]: crate::io::Uplink::tx_push
+
+#![allow(unsafe_code)]
+
+mod bpf;
+mod ring;
+mod sys;
+mod umem;
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use self::ring::{ConsumerRing, ProducerRing, RingMem};
+use self::umem::Umem;
+use super::{TxError, Uplink, UplinkCounters, UplinkOffloads};
+use crate::net_hdr::VirtioNetHdr;
+use crate::queue::{copy_frame, FrameSource};
+
+/// Slots in the XSKMAP, i.e. the highest RX queue index + 1 a program can
+/// serve. 1024 covers every NIC's channel count; each slot is one pointer
+/// in the kernel.
+pub const XSKMAP_ENTRIES: u32 = 1024;
+
+/// Ethernet header plus one VLAN tag: what a frame may add to the MTU.
+const L2_OVERHEAD: u32 = 14 + 4;
+
+/// The TX budget the kernel applies per `sendto` in copy mode when we
+/// cannot raise it (`TX_BATCH_SIZE`).
+const KERNEL_TX_BATCH: u32 = 32;
+
+/// `XDP_MAX_TX_SKB_BUDGET` (uapi `if_xdp.h`, Linux 6.17): frames copy mode
+/// sends per `sendto`, 32 to the TX ring size.
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
+
+// ===== configuration =====
+
+/// Whether to ask for zero-copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZeroCopy {
+    /// Bind in copy mode (`XDP_COPY`).
+    Off,
+    /// Try zero-copy; if the driver does not support it (`EOPNOTSUPP`),
+    /// warn once and bind in copy mode.
+    #[default]
+    Try,
+    /// Zero-copy or fail ([`AfXdpError::ZeroCopyUnsupported`]).
+    Require,
+}
+
+/// How to attach the XDP program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Attach {
+    /// In the driver (`XDP_FLAGS_DRV_MODE`); fails if the driver has no
+    /// native XDP.
+    Native,
+    /// In the generic receive path (`XDP_FLAGS_SKB_MODE`): works on any
+    /// interface, slower.
+    Generic,
+    /// Native, and generic if native fails.
+    #[default]
+    Auto,
+}
+
+/// How the XDP program ended up attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Native (driver) XDP.
+    Native,
+    /// Generic (SKB) XDP.
+    Generic,
+}
+
+impl AttachMode {
+    fn flags(self) -> u32 {
+        match self {
+            Self::Native => bpf::XDP_FLAGS_DRV_MODE,
+            Self::Generic => bpf::XDP_FLAGS_SKB_MODE,
+        }
+    }
+}
+
+impl fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Native => "native",
+            Self::Generic => "generic",
+        })
+    }
+}
+
+/// How the socket is bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindMode {
+    /// The kernel copies frames between its buffers and the UMEM.
+    Copy,
+    /// The NIC DMAs straight into and out of the UMEM.
+    ZeroCopy,
+}
+
+impl fmt::Display for BindMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Copy => "copy",
+            Self::ZeroCopy => "zero-copy",
+        })
+    }
+}
+
+/// Configuration of one AF_XDP socket.
+///
+/// Ring sizes are entry counts and must be powers of two. The UMEM holds
+/// `frames` frames of `frame_size` bytes: the first half receive, the rest
+/// transmit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AfXdpConfig {
+    /// The NIC queue to bind (also the XSKMAP key).
+    pub queue_id: u32,
+    /// UMEM frames (at least 2).
+    pub frames: u32,
+    /// Bytes per frame: 2048 or 4096. The largest frame received is
+    /// `frame_size - 256` in copy mode.
+    pub frame_size: u32,
+    /// Fill ring entries.
+    pub fill_size: u32,
+    /// Completion ring entries.
+    pub comp_size: u32,
+    /// RX ring entries.
+    pub rx_size: u32,
+    /// TX ring entries.
+    pub tx_size: u32,
+    /// Zero-copy request.
+    pub zero_copy: ZeroCopy,
+    /// How [`AfXdp::open`] attaches the XDP program (ignored by
+    /// [`AfXdp::open_with_program`]).
+    pub attach: Attach,
+    /// Bind with `XDP_USE_NEED_WAKEUP` and make wake-up syscalls only when
+    /// the kernel asks.
+    pub need_wakeup: bool,
+}
+
+impl Default for AfXdpConfig {
+    /// Queue 0; 4096 frames of 2048 bytes (8 MiB), 2048-entry rings (the
+    /// libxdp defaults: each direction's pool exactly fills its ring);
+    /// zero-copy if available; native XDP if available; `need_wakeup`.
+    fn default() -> Self {
+        Self {
+            queue_id: 0,
+            frames: 4096,
+            frame_size: 2048,
+            fill_size: 2048,
+            comp_size: 2048,
+            rx_size: 2048,
+            tx_size: 2048,
+            zero_copy: ZeroCopy::Try,
+            attach: Attach::Auto,
+            need_wakeup: true,
+        }
+    }
+}
+
+impl AfXdpConfig {
+    /// Checks the geometry; returns what is wrong.
+    fn check(&self) -> Result<(), String> {
+        if self.frame_size != 2048 && self.frame_size != 4096 {
+            return Err(format!(
+                "frame size must be 2048 or 4096, got {}",
+                self.frame_size
+            ));
+        }
+        if self.frames < 2 {
+            return Err(format!(
+                "at least 2 UMEM frames needed, got {}",
+                self.frames
+            ));
+        }
+        for (ring, size) in [
+            ("fill", self.fill_size),
+            ("completion", self.comp_size),
+            ("RX", self.rx_size),
+            ("TX", self.tx_size),
+        ] {
+            if !size.is_power_of_two() {
+                return Err(format!(
+                    "{ring} ring size must be a power of two, got {size}"
+                ));
+            }
+        }
+        if self.queue_id >= XSKMAP_ENTRIES {
+            return Err(format!(
+                "queue id must be below {XSKMAP_ENTRIES}, got {}",
+                self.queue_id
+            ));
+        }
+        Ok(())
+    }
+
+    fn rx_frames(&self) -> u32 {
+        self.frames / 2
+    }
+}
+
+// ===== errors =====
+
+/// Why an AF_XDP uplink could not be set up. Each variant names the
+/// interface and the step that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AfXdpError {
+    /// The configuration is invalid.
+    #[error("af_xdp {ifname}: invalid configuration: {reason}")]
+    Config {
+        /// Interface.
+        ifname: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The interface does not exist (in this network namespace).
+    #[error("af_xdp {ifname}: no such interface")]
+    Interface {
+        /// Interface.
+        ifname: String,
+        /// The lookup error.
+        #[source]
+        source: io::Error,
+    },
+    /// Reading the interface's MTU failed.
+    #[error("af_xdp {ifname}: cannot read the MTU")]
+    Mtu {
+        /// Interface.
+        ifname: String,
+        /// The ioctl error.
+        #[source]
+        source: io::Error,
+    },
+    /// Creating the XSKMAP failed (permissions: needs `CAP_BPF`).
+    #[error("af_xdp {ifname}: cannot create the XSKMAP")]
+    MapCreate {
+        /// Interface.
+        ifname: String,
+        /// The `bpf(BPF_MAP_CREATE)` error.
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel rejected the XDP program.
+    #[error("af_xdp {ifname}: cannot load the XDP program (verifier log: {log})")]
+    ProgLoad {
+        /// Interface.
+        ifname: String,
+        /// The verifier's log.
+        log: String,
+        /// The `bpf(BPF_PROG_LOAD)` error.
+        #[source]
+        source: io::Error,
+    },
+    /// Attaching the XDP program failed (`EBUSY`: another program is
+    /// attached; `EOPNOTSUPP`: no native XDP in the driver).
+    #[error("af_xdp {ifname}: cannot attach the XDP program in {mode} mode")]
+    LinkCreate {
+        /// Interface.
+        ifname: String,
+        /// The mode tried last.
+        mode: AttachMode,
+        /// The `bpf(BPF_LINK_CREATE)` error.
+        #[source]
+        source: io::Error,
+    },
+    /// Mapping the UMEM failed.
+    #[error("af_xdp {ifname} queue {queue_id}: cannot map the UMEM ({bytes} bytes)")]
+    UmemAlloc {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue_id: u32,
+        /// Size asked for.
+        bytes: u64,
+        /// The `mmap` error.
+        #[source]
+        source: io::Error,
+    },
+    /// Creating the socket failed.
+    #[error("af_xdp {ifname} queue {queue_id}: cannot create the AF_XDP socket")]
+    Socket {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue_id: u32,
+        /// The `socket` error.
+        #[source]
+        source: io::Error,
+    },
+    /// Registering the UMEM with the socket failed.
+    #[error("af_xdp {ifname} queue {queue_id}: cannot register the UMEM")]
+    UmemReg {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue_id: u32,
+        /// The `setsockopt(XDP_UMEM_REG)` error.
+        #[source]
+        source: io::Error,
+    },
+    /// Creating one of the rings failed.
+    #[error("af_xdp {ifname} queue {queue_id}: cannot create the {ring} ring ({size} entries)")]
+    RingSize {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue_id: u32,
+        /// Which ring.
+        ring: &'static str,
+        /// Entries asked for.
+        size: u32,
+        /// The `setsockopt` error.
+        #[source]
+        source: io::Error,
+    },
+    /// Mapping one of the rings (or reading their offsets) failed.
+    #[error("af_xdp {ifname} queue {queue_id}: cannot map the {ring} ring")]
+    RingMmap {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue_id: u32,
+        /// Which ring (or "offsets").
+        ring: &'static str,
+        /// The `getsockopt(XDP_MMAP_OFFSETS)` or `mmap` error.
+        #[source]
+        source: io::Error,
+    },
+    /// Binding the socket to the queue failed.
+    #[error("af_xdp {ifname} queue {queue_id}: cannot bind in {mode} mode")]
+    Bind {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue_id: u32,
+        /// The mode asked for.
+        mode: BindMode,
+        /// The `bind` error.
+        #[source]
+        source: io::Error,
+    },
+    /// Zero-copy was required and the driver does not support it.
+    #[error(
+        "af_xdp {ifname} queue {queue_id}: zero-copy required, but the driver does not support it"
+    )]
+    ZeroCopyUnsupported {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue_id: u32,
+        /// The `bind(XDP_ZEROCOPY)` error (`EOPNOTSUPP`).
+        #[source]
+        source: io::Error,
+    },
+    /// Registering the socket in the XSKMAP failed.
+    #[error("af_xdp {ifname} queue {queue_id}: cannot insert the socket into the XSKMAP")]
+    MapUpdate {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue_id: u32,
+        /// The `bpf(BPF_MAP_UPDATE_ELEM)` error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+// ===== impl XdpProgram =====
+
+/// The XDP program and XSKMAP of one interface, attached through a BPF link.
+///
+/// Shared by the sockets of that interface's queues (each [`AfXdp`] holds an
+/// `Arc`). Dropping the last reference closes the link, which detaches the
+/// program; so does process exit, even by a crash.
+#[derive(Debug)]
+pub struct XdpProgram {
+    ifname: String,
+    ifindex: u32,
+    mode: AttachMode,
+    prog_id: u32,
+    /// Whether the zero-copy fallback warning was logged for this interface.
+    zc_warned: AtomicBool,
+    map: OwnedFd,
+    /// Keeps the program attached; closing it detaches.
+    _link: OwnedFd,
+}
+
+impl XdpProgram {
+    /// Creates the XSKMAP, loads the redirect program and attaches it to
+    /// `ifname` as `attach` asks.
+    ///
+    /// # Errors
+    /// The interface does not exist, or a `bpf` step failed
+    /// ([`AfXdpError::MapCreate`], [`AfXdpError::ProgLoad`],
+    /// [`AfXdpError::LinkCreate`]). Needs `CAP_BPF` and `CAP_NET_ADMIN`.
+    pub fn attach(ifname: &str, attach: Attach) -> Result<Arc<Self>, AfXdpError> {
+        let ifindex = interface_index(ifname)?;
+        let map = bpf::create_xskmap(XSKMAP_ENTRIES).map_err(|source| AfXdpError::MapCreate {
+            ifname: ifname.to_owned(),
+            source,
+        })?;
+        let prog = bpf::load_xsk_redirect(map.as_fd()).map_err(|e| AfXdpError::ProgLoad {
+            ifname: ifname.to_owned(),
+            log: e.log,
+            source: e.error,
+        })?;
+        let link_err = |mode, source| AfXdpError::LinkCreate {
+            ifname: ifname.to_owned(),
+            mode,
+            source,
+        };
+        let link = |mode: AttachMode| {
+            bpf::link_create_xdp(prog.as_fd(), ifindex, mode.flags()).map(|fd| (fd, mode))
+        };
+        let (link, mode) = match attach {
+            Attach::Native => {
+                link(AttachMode::Native).map_err(|e| link_err(AttachMode::Native, e))?
+            }
+            Attach::Generic => {
+                link(AttachMode::Generic).map_err(|e| link_err(AttachMode::Generic, e))?
+            }
+            Attach::Auto => match link(AttachMode::Native) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::info!(
+                        "af_xdp: {ifname}: native XDP unavailable ({e}); trying generic mode"
+                    );
+                    link(AttachMode::Generic).map_err(|e| link_err(AttachMode::Generic, e))?
+                }
+            },
+        };
+        // Only for logs and tests: 0 if the kernel will not say.
+        let prog_id = bpf::prog_id(prog.as_fd()).unwrap_or(0);
+        tracing::info!("af_xdp: {ifname}: XDP program {prog_id} attached in {mode} mode");
+        Ok(Arc::new(Self {
+            ifname: ifname.to_owned(),
+            ifindex,
+            mode,
+            prog_id,
+            zc_warned: AtomicBool::new(false),
+            map,
+            _link: link,
+        }))
+    }
+
+    /// The interface.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// The interface index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// How the program is attached.
+    pub fn mode(&self) -> AttachMode {
+        self.mode
+    }
+
+    /// The kernel's program id (`ip -d link` shows it as `prog/xdp id N`;
+    /// 0 if the kernel did not report it).
+    pub fn prog_id(&self) -> u32 {
+        self.prog_id
+    }
+
+    /// Makes the program redirect queue `queue_id`'s frames to `xsk`.
+    fn register(&self, queue_id: u32, xsk: &OwnedFd) -> io::Result<()> {
+        bpf::xskmap_insert(self.map.as_fd(), queue_id, xsk.as_fd())
+    }
+}
+
+fn interface_index(ifname: &str) -> Result<u32, AfXdpError> {
+    if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
+        return Err(AfXdpError::Config {
+            ifname: ifname.to_owned(),
+            reason: format!("interface names are 1 to {} bytes", libc::IFNAMSIZ - 1),
+        });
+    }
+    sys::if_nametoindex(ifname).map_err(|source| AfXdpError::Interface {
+        ifname: ifname.to_owned(),
+        source,
+    })
+}
+
+// ===== socket set-up =====
+
+/// A bound socket and its four rings.
+struct Xsk {
+    fd: OwnedFd,
+    fill: ProducerRing<u64>,
+    comp: ConsumerRing<u64>,
+    rx: ConsumerRing<libc::xdp_desc>,
+    tx: ProducerRing<libc::xdp_desc>,
+    mode: BindMode,
+}
+
+/// Builds the error of one set-up step.
+struct Step<'a> {
+    ifname: &'a str,
+    queue_id: u32,
+}
+
+impl Step<'_> {
+    fn ifname(&self) -> String {
+        self.ifname.to_owned()
+    }
+}
+
+/// Creates a socket, registers `umem`, creates and maps the rings and binds
+/// to the queue with `mode`.
+fn open_socket(
+    at: &Step<'_>,
+    ifindex: u32,
+    cfg: &AfXdpConfig,
+    umem: &Umem,
+    mode: BindMode,
+) -> Result<Xsk, AfXdpError> {
+    let queue_id = at.queue_id;
+    let fd = sys::xsk_socket().map_err(|source| AfXdpError::Socket {
+        ifname: at.ifname(),
+        queue_id,
+        source,
+    })?;
+    umem::register(fd.as_fd(), umem).map_err(|source| AfXdpError::UmemReg {
+        ifname: at.ifname(),
+        queue_id,
+        source,
+    })?;
+    for (ring, opt, size) in [
+        ("fill", libc::XDP_UMEM_FILL_RING, cfg.fill_size),
+        ("completion", libc::XDP_UMEM_COMPLETION_RING, cfg.comp_size),
+        ("RX", libc::XDP_RX_RING, cfg.rx_size),
+        ("TX", libc::XDP_TX_RING, cfg.tx_size),
+    ] {
+        sys::setsockopt(fd.as_fd(), opt, &size).map_err(|source| AfXdpError::RingSize {
+            ifname: at.ifname(),
+            queue_id,
+            ring,
+            size,
+            source,
+        })?;
+    }
+    let map_err = |ring: &'static str| {
+        move |source| AfXdpError::RingMmap {
+            ifname: at.ifname(),
+            queue_id,
+            ring,
+            source,
+        }
+    };
+    let (off, len) = sys::getsockopt::<libc::xdp_mmap_offsets>(fd.as_fd(), libc::XDP_MMAP_OFFSETS)
+        .map_err(map_err("offsets"))?;
+    if len != std::mem::size_of::<libc::xdp_mmap_offsets>() {
+        // Linux < 5.4: no flags word, hence no need_wakeup.
+        return Err(map_err("offsets")(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "kernel too old: XDP_MMAP_OFFSETS without ring flags (Linux 5.4 needed)",
+        )));
+    }
+    let fill = ProducerRing::new(
+        map_ring::<u64>(
+            fd.as_fd(),
+            &off.fr,
+            cfg.fill_size,
+            libc::XDP_UMEM_PGOFF_FILL_RING,
+        )
+        .map_err(map_err("fill"))?,
+    );
+    let comp = ConsumerRing::new(
+        map_ring::<u64>(
+            fd.as_fd(),
+            &off.cr,
+            cfg.comp_size,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+        )
+        .map_err(map_err("completion"))?,
+    );
+    let rx = ConsumerRing::new(
+        map_ring::<libc::xdp_desc>(
+            fd.as_fd(),
+            &off.rx,
+            cfg.rx_size,
+            libc::XDP_PGOFF_RX_RING as u64,
+        )
+        .map_err(map_err("RX"))?,
+    );
+    let tx = ProducerRing::new(
+        map_ring::<libc::xdp_desc>(
+            fd.as_fd(),
+            &off.tx,
+            cfg.tx_size,
+            libc::XDP_PGOFF_TX_RING as u64,
+        )
+        .map_err(map_err("TX"))?,
+    );
+    // Copy mode: let one sendto transmit a whole TX ring (Linux 6.17+;
+    // older kernels say ENOPROTOOPT and keep 32 per call).
+    if cfg.tx_size > KERNEL_TX_BATCH {
+        if let Err(e) = sys::setsockopt(fd.as_fd(), XDP_MAX_TX_SKB_BUDGET, &cfg.tx_size) {
+            tracing::debug!(
+                "af_xdp: {} queue {queue_id}: TX budget stays {KERNEL_TX_BATCH}: {e}",
+                at.ifname
+            );
+        }
+    }
+    let mut flags = match mode {
+        BindMode::Copy => libc::XDP_COPY,
+        BindMode::ZeroCopy => libc::XDP_ZEROCOPY,
+    };
+    if cfg.need_wakeup {
+        flags |= libc::XDP_USE_NEED_WAKEUP;
+    }
+    let addr = libc::sockaddr_xdp {
+        sxdp_family: libc::AF_XDP as u16,
+        sxdp_flags: flags,
+        sxdp_ifindex: ifindex,
+        sxdp_queue_id: queue_id,
+        sxdp_shared_umem_fd: 0,
+    };
+    sys::bind(fd.as_fd(), &addr).map_err(|source| {
+        if mode == BindMode::ZeroCopy && source.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            AfXdpError::ZeroCopyUnsupported {
+                ifname: at.ifname(),
+                queue_id,
+                source,
+            }
+        } else {
+            AfXdpError::Bind {
+                ifname: at.ifname(),
+                queue_id,
+                mode,
+                source,
+            }
+        }
+    })?;
+    // What the kernel actually bound (it is the authority).
+    let mode = match sys::getsockopt::<libc::xdp_options>(fd.as_fd(), libc::XDP_OPTIONS) {
+        Ok((o, _)) if o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0 => BindMode::ZeroCopy,
+        Ok(_) => BindMode::Copy,
+        Err(_) => mode,
+    };
+    Ok(Xsk {
+        fd,
+        fill,
+        comp,
+        rx,
+        tx,
+        mode,
+    })
+}
+
+/// Maps one ring of `size` entries of `T`.
+fn map_ring<T>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    off: &libc::xdp_ring_offset,
+    size: u32,
+    pgoff: u64,
+) -> io::Result<RingMem<T>> {
+    let len = usize::try_from(off.desc)
+        .ok()
+        .and_then(|d| d.checked_add(size as usize * std::mem::size_of::<T>()))
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
+    let map = sys::Mmap::ring(fd, len, pgoff)?;
+    // SAFETY: `map` is the kernel's mapping of this ring (`pgoff` selects
+    // it), `size` is the entry count we configured (a power of two), the
+    // offsets are the kernel's, and `len` covers all `size` descriptors.
+    Ok(unsafe { RingMem::from_mmap(map, size, off.producer, off.consumer, off.flags, off.desc) })
+}
+
+// ===== impl AfXdp =====
+
+/// An AF_XDP socket bound to one NIC queue, as an [`Uplink`].
+///
+/// Owns its UMEM and rings; holds its interface's [`XdpProgram`] (the
+/// program stays attached while any socket of the interface lives).
+pub struct AfXdp {
+    name: String,
+    ifname: String,
+    queue_id: u32,
+    bind_mode: BindMode,
+    need_wakeup: bool,
+    zero_copy_error: Option<io::Error>,
+    fill: ProducerRing<u64>,
+    comp: ConsumerRing<u64>,
+    rx: ConsumerRing<libc::xdp_desc>,
+    tx: ProducerRing<libc::xdp_desc>,
+    /// RX frames owned by user space, waiting for room in the fill ring.
+    rx_free: Vec<u64>,
+    /// TX frames owned by user space, free for `tx_push`.
+    tx_free: Vec<u64>,
+    /// Frames `0..rx_frames` receive; the rest transmit.
+    rx_frames: u32,
+    /// The largest frame `tx_push` accepts.
+    tx_max_len: usize,
+    /// Bytes pushed since the last submit.
+    tx_pending_bytes: u64,
+    /// `sendto` calls one flush may make in copy mode.
+    kick_limit: u32,
+    counters: UplinkCounters,
+    // Drop order: rings (above) unmapped, then the socket closed (it leaves
+    // the XSKMAP), the UMEM unmapped, and the program released last.
+    fd: OwnedFd,
+    umem: Umem,
+    program: Arc<XdpProgram>,
+}
+
+impl fmt::Debug for AfXdp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AfXdp")
+            .field("name", &self.name)
+            .field("bind_mode", &self.bind_mode)
+            .field("attach_mode", &self.program.mode)
+            .field("rx_free", &self.rx_free.len())
+            .field("tx_free", &self.tx_free.len())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Kernel-side socket statistics (`XDP_STATISTICS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XdpStats {
+    /// Frames dropped for other reasons than the ones below (e.g. larger
+    /// than a frame, or the fill ring was empty).
+    pub rx_dropped: u64,
+    /// Invalid fill ring descriptors.
+    pub rx_invalid_descs: u64,
+    /// Invalid TX descriptors (dropped without a completion).
+    pub tx_invalid_descs: u64,
+    /// Frames dropped because the RX ring was full.
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty.
+    pub rx_fill_ring_empty_descs: u64,
+    /// Times the kernel found the TX ring empty.
+    pub tx_ring_empty_descs: u64,
+}
+
+impl AfXdp {
+    /// Attaches an [`XdpProgram`] to `ifname` (per `cfg.attach`) and opens a
+    /// socket on queue `cfg.queue_id` through it. The program is detached
+    /// when this uplink is dropped (or the process exits).
+    ///
+    /// # Errors
+    /// See [`AfXdpError`]: each variant names the failing step.
+    pub fn open(ifname: &str, cfg: AfXdpConfig) -> Result<Self, AfXdpError> {
+        check_config(ifname, &cfg)?;
+        let program = XdpProgram::attach(ifname, cfg.attach)?;
+        Self::open_with_program(&program, cfg)
+    }
+
+    /// Opens a socket on queue `cfg.queue_id` of `program`'s interface and
+    /// registers it with `program` (`cfg.attach` is ignored).
+    ///
+    /// # Errors
+    /// See [`AfXdpError`]: each variant names the failing step.
+    pub fn open_with_program(
+        program: &Arc<XdpProgram>,
+        cfg: AfXdpConfig,
+    ) -> Result<Self, AfXdpError> {
+        let ifname = program.ifname.as_str();
+        check_config(ifname, &cfg)?;
+        let queue_id = cfg.queue_id;
+        let at = Step { ifname, queue_id };
+        let mtu = sys::interface_mtu(ifname).map_err(|source| AfXdpError::Mtu {
+            ifname: ifname.to_owned(),
+            source,
+        })?;
+        let umem =
+            Umem::new(cfg.frames, cfg.frame_size).map_err(|source| AfXdpError::UmemAlloc {
+                ifname: ifname.to_owned(),
+                queue_id,
+                bytes: u64::from(cfg.frames) * u64::from(cfg.frame_size),
+                source,
+            })?;
+
+        let mut zero_copy_error = None;
+        let xsk = match cfg.zero_copy {
+            ZeroCopy::Off => open_socket(&at, program.ifindex, &cfg, &umem, BindMode::Copy)?,
+            ZeroCopy::Require => {
+                open_socket(&at, program.ifindex, &cfg, &umem, BindMode::ZeroCopy)?
+            }
+            ZeroCopy::Try => {
+                match open_socket(&at, program.ifindex, &cfg, &umem, BindMode::ZeroCopy) {
+                    Err(AfXdpError::ZeroCopyUnsupported { source, .. }) => {
+                        // The failed socket is closed here; start over in copy
+                        // mode with a fresh one (same UMEM memory).
+                        if !program.zc_warned.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(
+                            "af_xdp: {ifname} queue {queue_id}: zero-copy not supported by the driver ({source}); using copy mode"
+                        );
+                        } else {
+                            tracing::debug!(
+                            "af_xdp: {ifname} queue {queue_id}: zero-copy not supported; using copy mode"
+                        );
+                        }
+                        zero_copy_error = Some(source);
+                        open_socket(&at, program.ifindex, &cfg, &umem, BindMode::Copy)?
+                    }
+                    other => other?,
+                }
+            }
+        };
+
+        let rx_frames = cfg.rx_frames();
+        let tx_frames = cfg.frames - rx_frames;
+        let mut rx_free = Vec::with_capacity(rx_frames as usize);
+        // Reversed, so the fill ring gets frame 0 first.
+        rx_free.extend((0..rx_frames).rev().map(|i| umem.frame_addr(i)));
+        let mut tx_free = Vec::with_capacity(tx_frames as usize);
+        tx_free.extend((rx_frames..cfg.frames).rev().map(|i| umem.frame_addr(i)));
+        let tx_max_len = cfg.frame_size.min(mtu.saturating_add(L2_OVERHEAD)) as usize;
+
+        let mut me = Self {
+            name: format!("af_xdp:{ifname}:q{queue_id}"),
+            ifname: ifname.to_owned(),
+            queue_id,
+            bind_mode: xsk.mode,
+            need_wakeup: cfg.need_wakeup,
+            zero_copy_error,
+            fill: xsk.fill,
+            comp: xsk.comp,
+            rx: xsk.rx,
+            tx: xsk.tx,
+            rx_free,
+            tx_free,
+            rx_frames,
+            tx_max_len,
+            tx_pending_bytes: 0,
+            kick_limit: cfg.tx_size / KERNEL_TX_BATCH + 2,
+            counters: UplinkCounters::default(),
+            fd: xsk.fd,
+            umem,
+            program: Arc::clone(program),
+        };
+        // Post receive buffers before any frame can be redirected here.
+        me.refill();
+        program
+            .register(queue_id, &me.fd)
+            .map_err(|source| AfXdpError::MapUpdate {
+                ifname: ifname.to_owned(),
+                queue_id,
+                source,
+            })?;
+        tracing::info!(
+            "af_xdp: {ifname} queue {queue_id}: bound in {} mode, XDP program {} in {} mode",
+            me.bind_mode,
+            program.prog_id,
+            program.mode
+        );
+        Ok(me)
+    }
+
+    /// The mode the socket is bound in.
+    pub fn bind_mode(&self) -> BindMode {
+        self.bind_mode
+    }
+
+    /// Why zero-copy was not used, when [`ZeroCopy::Try`] fell back to copy
+    /// mode (the `bind(XDP_ZEROCOPY)` error).
+    pub fn zero_copy_error(&self) -> Option<&io::Error> {
+        self.zero_copy_error.as_ref()
+    }
+
+    /// The XDP program this socket is registered with.
+    pub fn program(&self) -> &Arc<XdpProgram> {
+        &self.program
+    }
+
+    /// The interface.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// The NIC queue.
+    pub fn queue_id(&self) -> u32 {
+        self.queue_id
+    }
+
+    /// The largest frame [`Uplink::tx_push`] accepts: the frame size, or the
+    /// interface MTU (read at open) plus an Ethernet header and a VLAN tag.
+    pub fn tx_max_len(&self) -> usize {
+        self.tx_max_len
+    }
+
+    /// TX frames free for [`Uplink::tx_push`] right now (without reaping
+    /// completions).
+    pub fn tx_frames_free(&self) -> usize {
+        self.tx_free.len()
+    }
+
+    /// The kernel's counters for this socket.
+    ///
+    /// # Errors
+    /// `getsockopt(XDP_STATISTICS)` failed.
+    pub fn kernel_stats(&self) -> io::Result<XdpStats> {
+        let (s, _) =
+            sys::getsockopt::<libc::xdp_statistics>(self.fd.as_fd(), libc::XDP_STATISTICS)?;
+        Ok(XdpStats {
+            rx_dropped: s.rx_dropped,
+            rx_invalid_descs: s.rx_invalid_descs,
+            tx_invalid_descs: s.tx_invalid_descs,
+            rx_ring_full: s.rx_ring_full,
+            rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
+            tx_ring_empty_descs: s.tx_ring_empty_descs,
+        })
+    }
+
+    /// Moves free RX frames into the fill ring, as many as fit, and
+    /// publishes them with one store.
+    fn refill(&mut self) {
+        if self.rx_free.is_empty() {
+            return;
+        }
+        let n = self
+            .fill
+            .free(self.rx_free.len() as u32)
+            .min(self.rx_free.len() as u32);
+        for _ in 0..n {
+            let addr = self.rx_free.pop().expect("counted above");
+            let pushed = self.fill.push(addr);
+            debug_assert!(pushed, "fill ring had {n} free slots");
+        }
+        self.fill.submit();
+    }
+
+    /// Takes back the RX frame holding `addr`.
+    fn recycle_rx(&mut self, addr: u64) {
+        let base = self.umem.frame_base(addr);
+        match self.umem.frame_index(base) {
+            Some(i) if i < self.rx_frames && self.rx_free.len() < self.rx_frames as usize => {
+                self.rx_free.push(base);
+            }
+            // Invariant: the kernel returns the addresses we posted.
+            _ => debug_assert!(false, "RX address {addr:#x} is not an RX frame"),
+        }
+    }
+
+    /// Moves completed TX frames back to the free list; returns how many.
+    fn reap_completions(&mut self) -> u32 {
+        let mut n = 0;
+        while let Some(addr) = self.comp.pop() {
+            let base = self.umem.frame_base(addr);
+            match self.umem.frame_index(base) {
+                Some(i) if i >= self.rx_frames && self.tx_free.len() < self.tx_free.capacity() => {
+                    self.tx_free.push(base);
+                }
+                // Invariant: the kernel completes the addresses we sent.
+                _ => debug_assert!(false, "completion {addr:#x} is not a TX frame"),
+            }
+            n += 1;
+        }
+        if n > 0 {
+            self.comp.release();
+        }
+        n
+    }
+
+    /// Whether a flush must call `sendto` for the kernel to transmit.
+    fn must_kick_tx(&self) -> bool {
+        self.bind_mode == BindMode::Copy || !self.need_wakeup || self.tx.needs_wakeup()
+    }
+
+    /// Wakes the kernel's transmit path. In copy mode the kernel transmits
+    /// inside `sendto`, at most one budget per call, so repeat while it
+    /// makes progress. `EAGAIN` (budget spent, completion ring full, device
+    /// busy) is back-pressure, not an error; `EBUSY` means the device
+    /// dropped a frame.
+    fn kick_tx(&mut self) -> io::Result<()> {
+        for _ in 0..self.kick_limit {
+            let before = self.tx.in_flight();
+            match sys::kick_tx(self.fd.as_fd()) {
+                Ok(()) => {}
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EAGAIN | libc::EINTR | libc::ENOBUFS) => {}
+                    Some(libc::EBUSY) => {
+                        if self.bind_mode == BindMode::Copy {
+                            self.counters.tx_dropped = self.counters.tx_dropped.wrapping_add(1);
+                        }
+                    }
+                    _ => return Err(e),
+                },
+            }
+            if self.bind_mode == BindMode::ZeroCopy {
+                // The driver transmits asynchronously: one wake-up is enough.
+                return Ok(());
+            }
+            // Free completion slots the kernel needs before sending more.
+            self.reap_completions();
+            let after = self.tx.in_flight();
+            if after == 0 || after == before {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes pushed frames, wakes the kernel and reaps completions.
+    fn flush(&mut self) -> io::Result<()> {
+        let n = self.tx.submit();
+        if n > 0 {
+            self.counters.tx_packets = self.counters.tx_packets.wrapping_add(u64::from(n));
+            self.counters.tx_bytes = self.counters.tx_bytes.wrapping_add(self.tx_pending_bytes);
+            self.tx_pending_bytes = 0;
+        }
+        let res = if self.tx.in_flight() > 0 && self.must_kick_tx() {
+            self.kick_tx()
+        } else {
+            Ok(())
+        };
+        self.reap_completions();
+        res
+    }
+
+    /// Whether a TX frame and a TX ring slot are available.
+    fn tx_room(&mut self) -> bool {
+        !self.tx_free.is_empty() && self.tx.free(1) > 0
+    }
+}
+
+fn check_config(ifname: &str, cfg: &AfXdpConfig) -> Result<(), AfXdpError> {
+    cfg.check().map_err(|reason| AfXdpError::Config {
+        ifname: ifname.to_owned(),
+        reason,
+    })
+}
+
+impl Uplink for AfXdp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Hot path: no allocation, no lock; at most one syscall, and only when
+    /// the kernel asks for a fill ring wake-up.
+    fn rx_burst(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
+    ) -> io::Result<usize> {
+        let hdr = VirtioNetHdr::default();
+        let (mut lent, mut bytes, mut bad) = (0usize, 0u64, 0u64);
+        for _ in 0..max {
+            let Some(desc) = self.rx.pop() else { break };
+            // SAFETY: the kernel handed this frame over through the RX ring;
+            // it is ours until `recycle_rx` + `refill` below put it back on
+            // the fill ring, after the callback has returned.
+            match unsafe { self.umem.frame(desc.addr, desc.len) } {
+                Some(frame) => {
+                    f(&hdr, frame);
+                    lent += 1;
+                    bytes += u64::from(desc.len);
+                }
+                None => bad += 1,
+            }
+            self.recycle_rx(desc.addr);
+        }
+        self.rx.release();
+        self.refill();
+        let c = &mut self.counters;
+        c.rx_packets = c.rx_packets.wrapping_add(lent as u64);
+        c.rx_bytes = c.rx_bytes.wrapping_add(bytes);
+        c.rx_dropped = c.rx_dropped.wrapping_add(bad);
+        if self.need_wakeup && self.fill.needs_wakeup() {
+            if let Err(e) = sys::kick_rx(self.fd.as_fd()) {
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)
+                ) {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(lent)
+    }
+
+    /// Hot path: no allocation, no lock; no syscall unless TX frames run
+    /// out (then one flush).
+    ///
+    /// Frames shorter than an Ethernet header are counted as dropped and
+    /// not sent (the kernel would discard their descriptor without a
+    /// completion, losing the frame buffer).
+    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), TxError> {
+        if hdr.is_gso() || hdr.needs_csum() {
+            return Err(TxError::Offload);
+        }
+        let len = frame.frame_len();
+        if len > self.tx_max_len {
+            return Err(TxError::TooLarge);
+        }
+        if len < 14 {
+            self.counters.tx_dropped = self.counters.tx_dropped.wrapping_add(1);
+            return Ok(());
+        }
+        if !self.tx_room() {
+            self.reap_completions();
+            if !self.tx_room() {
+                // Out of buffers: send what is queued to get some back. An
+                // error here resurfaces at the caller's next tx_flush.
+                let _ = self.flush();
+                if !self.tx_room() {
+                    return Err(TxError::Full);
+                }
+            }
+        }
+        let base = self.tx_free.pop().expect("tx_room checked");
+        // SAFETY: `base` came off the TX free list: the kernel completed it
+        // (or never had it) and it is not in the TX ring, so nothing else
+        // reads or writes it until we push it below.
+        let buf = unsafe { self.umem.frame_mut(base) };
+        let n = copy_frame(frame, &mut buf[..len]);
+        let pushed = self.tx.push(libc::xdp_desc {
+            addr: base,
+            len: n as u32,
+            options: 0,
+        });
+        debug_assert!(pushed, "tx_room checked");
+        self.tx_pending_bytes += n as u64;
+        Ok(())
+    }
+
+    /// Publishes the queued frames with one index store, makes at most one
+    /// `sendto` per 32 frames (one in all on Linux 6.17+) in copy mode, or
+    /// one when the kernel asks for it in zero-copy mode, and reaps
+    /// completions.
+    fn tx_flush(&mut self) -> io::Result<()> {
+        self.flush()
+    }
+
+    fn rx_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    fn offloads(&self) -> UplinkOffloads {
+        UplinkOffloads::default()
+    }
+
+    /// Our counters plus the kernel's drops (`XDP_STATISTICS`): RX drops
+    /// include frames the kernel could not deliver (fill ring empty, RX
+    /// ring full, frame larger than a UMEM frame), TX drops include
+    /// invalid descriptors and at least one frame per `EBUSY` from the
+    /// device.
+    fn counters(&self) -> UplinkCounters {
+        let mut c = self.counters;
+        if let Ok(k) = self.kernel_stats() {
+            c.rx_dropped = c
+                .rx_dropped
+                .wrapping_add(k.rx_dropped)
+                .wrapping_add(k.rx_ring_full);
+            c.tx_dropped = c.tx_dropped.wrapping_add(k.tx_invalid_descs);
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid() {
+        let c = AfXdpConfig::default();
+        assert_eq!(c.check(), Ok(()));
+        assert_eq!(c.rx_frames(), 2048);
+    }
+
+    #[test]
+    fn config_errors_name_the_field() {
+        let bad = |f: fn(&mut AfXdpConfig)| {
+            let mut c = AfXdpConfig::default();
+            f(&mut c);
+            c.check().unwrap_err()
+        };
+        assert!(bad(|c| c.frame_size = 3000).contains("frame size"));
+        assert!(bad(|c| c.frames = 1).contains("frames"));
+        assert!(bad(|c| c.tx_size = 100).contains("TX ring"));
+        assert!(bad(|c| c.fill_size = 0).contains("fill ring"));
+        assert!(bad(|c| c.queue_id = XSKMAP_ENTRIES).contains("queue id"));
+    }
+
+    #[test]
+    fn errors_name_interface_and_step() {
+        let e = check_config(
+            "eth9",
+            &AfXdpConfig {
+                frames: 0,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("af_xdp eth9: invalid configuration"));
+        let e = interface_index("this-name-is-far-too-long").unwrap_err();
+        assert!(matches!(e, AfXdpError::Config { .. }));
+        let e = interface_index("vhu-no-such-if").unwrap_err();
+        assert_eq!(e.to_string(), "af_xdp vhu-no-such-if: no such interface");
+    }
+}
