@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! echo --socket PATH [--client] [--queues N] [--poll busy|adaptive|interrupt]
+//!      [--cpu N] [--idle-us US] [--burst N] [--no-offloads]
 //! ```
 //!
 //! Offloads (checksum, TSO) are offered, so the frame's `virtio_net_hdr`
@@ -67,6 +68,9 @@ struct Args {
     /// Frames per burst.
     #[arg(long, default_value_t = 32)]
     burst: usize,
+    /// Pin the data-plane thread to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
 }
 
 /// Largest burst accepted (the ring engine handles any, this bounds latency).
@@ -144,6 +148,10 @@ fn main() -> ExitCode {
 
 /// The data-plane loop: one thread serving every queue pair.
 fn run(args: &Args, qps: &mut [QueuePair], stop: &AtomicBool) -> std::io::Result<()> {
+    if let Some(cpu) = args.cpu {
+        vhost_net_backend::sys::pin_current_thread(cpu)?;
+        tracing::info!("data plane pinned to CPU {cpu}");
+    }
     let mut poller = Poller::new()?;
     for qp in qps.iter_mut() {
         poller.add(qp)?;
