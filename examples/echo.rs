@@ -181,11 +181,14 @@ fn run(args: &Args, qps: &mut [QueuePair], stop: &AtomicBool) -> std::io::Result
         if args.poll == PollMode::Adaptive && last_work.elapsed() < idle {
             continue;
         }
-        // Ask for kicks on every queue; sleep only if nothing slipped in.
+        // Ask for TX kicks on every queue (and RX kicks where we wait for
+        // RX buffers); sleep only if nothing slipped in meanwhile.
         let mut pending = false;
         for qp in qps.iter_mut() {
             pending |= qp.tx.enable_notifications();
-            pending |= qp.rx.enable_notifications();
+            if qp.rx.is_running() && qp.rx.available(1) == 0 {
+                pending |= qp.rx.enable_notifications();
+            }
         }
         if !pending {
             // The timeout bounds how long a signal takes to be noticed.
