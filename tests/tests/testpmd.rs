@@ -60,8 +60,9 @@
 //!   free 2 MiB pages are there); the default is `--no-huge`.
 //! * `VHU_ECHO_ARGS`: extra arguments for `echo` (whitespace-separated).
 //! * `VHU_ECHO_BIN`, `VHU_TESTPMD_BIN`: the binaries.
-//! * `VHU_MPPS=1`: also run the throughput measurements
-//!   (`*_loopback_mpps`, the anchor's method: 3 s warm-up, 10 s window).
+//!
+//! Throughput is not measured here (speed is a benchmark's business, not a
+//! test's): see `benches/vs-dpdk.sh`.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -69,7 +70,7 @@ use std::time::Duration;
 use vhu_tests::echo::{Echo, QpCounters};
 use vhu_tests::testpmd::{
     self, feature_names, hugepages_available, start_vhost_backend, FrontendOpts, PortStats, RunDir,
-    Testpmd, Throughput, VhostBackendOpts, LINK_TIMEOUT, READY_TIMEOUT,
+    Testpmd, VhostBackendOpts, LINK_TIMEOUT, READY_TIMEOUT,
 };
 
 /// Frames testpmd must have received before the run stops.
@@ -149,14 +150,6 @@ struct BackendCounters {
 }
 
 impl Backend {
-    /// The backend's process id.
-    fn pid(&self) -> u32 {
-        match self {
-            Backend::Echo(e) => e.pid(),
-            Backend::Dpdk(t) => t.pid(),
-        }
-    }
-
     /// Starts a backend on `socket`. As a server it returns once the socket
     /// exists; as a client it connects in the background.
     fn spawn(kind: BackendKind, socket: &std::path::Path, client: bool, queues: u16) -> Self {
@@ -243,6 +236,10 @@ struct Case {
     backend_server: bool,
     queues: u16,
     mrg_rxbuf: bool,
+    /// Packed virtqueues (`packed_vq=1`).
+    packed: bool,
+    /// `in_order=1`.
+    in_order: bool,
 }
 
 /// Starts frontend and backend in the order the socket roles need; returns
@@ -252,6 +249,8 @@ fn start_pair(case: Case, socket: &std::path::Path, hugepages: bool) -> (Testpmd
     fe_opts.queues = case.queues;
     fe_opts.server = !case.backend_server;
     fe_opts.mrg_rxbuf = Some(case.mrg_rxbuf);
+    fe_opts.packed_vq = Some(case.packed);
+    fe_opts.in_order = Some(case.in_order);
     fe_opts.hugepages = hugepages;
     // Rings as large as `--rxd`/`--txd` (virtio-user's default is 256), so
     // that the 32 x 32 frames `tx_first` injects per queue fit into the RX
@@ -394,6 +393,20 @@ fn run_loopback(case: Case) {
 
     for features in [fe_features, be.features].into_iter().flatten() {
         assert_eq!(
+            features & (1 << 34) != 0,
+            case.packed,
+            "RING_PACKED negotiated: {features:#x}\n{}",
+            ctx()
+        );
+        if case.kind == BackendKind::Echo {
+            assert_eq!(
+                features & (1 << 35) != 0,
+                case.in_order,
+                "IN_ORDER negotiated: {features:#x}\n{}",
+                ctx()
+            );
+        }
+        assert_eq!(
             features & VIRTIO_NET_F_MRG_RXBUF != 0,
             case.mrg_rxbuf,
             "negotiated features {features:#x} {:?}\n{}",
@@ -405,7 +418,7 @@ fn run_loopback(case: Case) {
 
 /// Generates one `#[test]` per matrix point.
 macro_rules! loopback_tests {
-    ($($name:ident: $kind:ident, backend_server = $srv:literal, queues = $q:literal, mrg_rxbuf = $m:literal;)*) => {$(
+    ($($name:ident: $kind:ident, backend_server = $srv:literal, queues = $q:literal, mrg_rxbuf = $m:literal $(, packed = $p:literal)? $(, in_order = $o:literal)?;)*) => {$(
         #[test]
         #[ignore = "needs root and peers: run scripts/test.sh"]
         fn $name() {
@@ -414,6 +427,8 @@ macro_rules! loopback_tests {
                 backend_server: $srv,
                 queues: $q,
                 mrg_rxbuf: $m,
+                packed: false $(|| $p)?,
+                in_order: false $(|| $o)?,
             });
         }
     )*};
@@ -422,6 +437,11 @@ macro_rules! loopback_tests {
 loopback_tests! {
     echo_server_q1_mrg0: Echo, backend_server = true, queues = 1, mrg_rxbuf = false;
     echo_server_q1_mrg1: Echo, backend_server = true, queues = 1, mrg_rxbuf = true;
+    echo_server_q1_mrg1_packed: Echo, backend_server = true, queues = 1, mrg_rxbuf = true, packed = true;
+    echo_server_q2_mrg0_packed: Echo, backend_server = true, queues = 2, mrg_rxbuf = false, packed = true;
+    echo_client_q1_mrg1_packed_in_order: Echo, backend_server = false, queues = 1, mrg_rxbuf = true, packed = true, in_order = true;
+    echo_server_q1_mrg1_in_order: Echo, backend_server = true, queues = 1, mrg_rxbuf = true, in_order = true;
+    echo_server_q2_mrg0_in_order: Echo, backend_server = true, queues = 2, mrg_rxbuf = false, in_order = true;
     echo_server_q2_mrg0: Echo, backend_server = true, queues = 2, mrg_rxbuf = false;
     echo_server_q2_mrg1: Echo, backend_server = true, queues = 2, mrg_rxbuf = true;
     echo_client_q1_mrg0: Echo, backend_server = false, queues = 1, mrg_rxbuf = false;
@@ -436,110 +456,4 @@ loopback_tests! {
     dpdk_vhost_client_q1_mrg1: DpdkVhost, backend_server = false, queues = 1, mrg_rxbuf = true;
     dpdk_vhost_client_q2_mrg0: DpdkVhost, backend_server = false, queues = 2, mrg_rxbuf = false;
     dpdk_vhost_client_q2_mrg1: DpdkVhost, backend_server = false, queues = 2, mrg_rxbuf = true;
-}
-
-// ===== Throughput =====
-
-/// Warm-up before the first reading (as the anchor).
-const WARMUP: Duration = Duration::from_secs(3);
-
-/// Time between the two readings (as the anchor).
-const WINDOW: Duration = Duration::from_secs(10);
-
-/// One-port loopback throughput, 64-byte frames, one queue pair, backend as
-/// server: the anchor's configuration (`research/anchor-figures.md`), whose
-/// virtqueues were virtio-user's default 256 entries (`queue_size: None`).
-fn loopback_mpps(kind: BackendKind, hugepages: bool, queue_size: Option<u16>) -> Throughput {
-    let _serial = serial();
-    let (pre_busy, _) = testpmd::machine_busy(Duration::from_secs(1));
-    let dir = RunDir::new("mpps");
-    let socket = dir.join("vhost.sock");
-    let be = match kind {
-        BackendKind::Echo => Backend::Echo(Echo::spawn_pinned(
-            &socket,
-            false,
-            1,
-            &echo_extra_args(),
-            Some(&[0]),
-        )),
-        BackendKind::DpdkVhost => {
-            let mut o = VhostBackendOpts::new(&socket);
-            o.hugepages = hugepages;
-            Backend::Dpdk(start_vhost_backend(&o))
-        }
-    };
-    let mut fe_opts = FrontendOpts::new(&socket);
-    fe_opts.hugepages = hugepages;
-    fe_opts.pkt_len = Some(64);
-    fe_opts.queue_size = queue_size;
-    let mut fe = Testpmd::spawn(&fe_opts);
-    fe.wait_ready(READY_TIMEOUT);
-    fe.wait_link_up(LINK_TIMEOUT);
-    fe.start_tx_first(TX_FIRST_BURSTS);
-    let t = fe.measure_with_peers(WARMUP, WINDOW, &[be.pid()]);
-    fe.stop();
-    let features = fe.negotiated_features();
-    let (status, log) = fe.quit();
-    let _ = be.finish();
-    assert!(status.success(), "testpmd exited with {status}\n{log}");
-    println!(
-        "{kind:?} loopback, 64 B, hugepages {hugepages}, queue_size {queue_size:?}: {t}; \
-         machine busy before start {:.1} %; features {:?}",
-        pre_busy * 100.0,
-        features.map(|f| format!("{f:#x} {:?}", feature_names(f)))
-    );
-    assert!(t.rx_packets > 0, "no traffic: {t:?}\n{log}");
-    // Not exact: testpmd reads the packet and byte counters while the
-    // forwarding lcore updates them, so a delta can be off by a burst.
-    assert!(
-        (t.avg_frame_len() - 64.0).abs() < 0.05,
-        "frames are not 64 bytes: {t:?}"
-    );
-    t
-}
-
-/// Whether the throughput measurements should run (`VHU_MPPS=1`). They
-/// take about 15 s per figure and check little beyond "traffic flows", so
-/// the test suite skips them unless asked.
-fn mpps_requested() -> bool {
-    let on = std::env::var("VHU_MPPS").is_ok_and(|v| v == "1");
-    if !on {
-        println!("throughput measurement not requested: set VHU_MPPS=1");
-    }
-    on
-}
-
-/// Prints the DPDK vhost loopback rate through this harness, without and
-/// (when set up) with hugepages, with the anchor's 256-entry and with
-/// 1024-entry virtqueues: the anchor, re-measured. Only with `VHU_MPPS=1`.
-#[test]
-#[ignore = "needs root and peers: run scripts/test.sh"]
-fn dpdk_vhost_loopback_mpps() {
-    if !mpps_requested() {
-        return;
-    }
-    for hugepages in [false, true] {
-        if hugepages && !hugepages_available(512) {
-            println!("no hugepages set up: skipped the hugepage figures");
-            continue;
-        }
-        for queue_size in [None, Some(RING_SIZE)] {
-            loopback_mpps(BackendKind::DpdkVhost, hugepages, queue_size);
-        }
-    }
-}
-
-/// Prints the echo loopback rate (echo pinned to CPU 0, the frontend
-/// forwarding on CPU 1), in the anchor's configuration. Only with
-/// `VHU_MPPS=1`; `VHU_ECHO_ARGS` selects echo's polling mode.
-#[test]
-#[ignore = "needs root and peers: run scripts/test.sh"]
-fn echo_loopback_mpps() {
-    if !mpps_requested() {
-        return;
-    }
-    loopback_mpps(BackendKind::Echo, false, None);
-    if hugepages_available(512) {
-        loopback_mpps(BackendKind::Echo, true, None);
-    }
 }

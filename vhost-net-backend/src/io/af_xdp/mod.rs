@@ -27,7 +27,7 @@
 //!   with one index store, topping the fill ring up from the RX free list.
 //! * **TX.** [`tx_push`](crate::io::Uplink::tx_push) takes a frame from the
 //!   TX free list, copies the caller's frame into it once
-//!   ([`copy_frame`](crate::copy_frame)), and writes a TX descriptor;
+//!   ([`copy_frame`]), and writes a TX descriptor;
 //!   [`tx_flush`](crate::io::Uplink::tx_flush) publishes the burst, wakes
 //!   the kernel and reaps the completion ring back into the free list.
 //!
@@ -89,7 +89,8 @@
 //!
 //! # Copy and zero-copy
 //!
-//! Zero-copy needs driver support (i40e, ice, mlx5, ...). With
+//! Zero-copy needs driver support (i40e, ice, mlx5, ...) and goes with
+//! native attach. With
 //! [`ZeroCopy::Try`] a driver without it (veth, most virtual NICs) makes
 //! `bind(XDP_ZEROCOPY)` fail with `EOPNOTSUPP`; the socket is then rebuilt
 //! and bound in copy mode, with one warning per interface.
@@ -136,6 +137,9 @@ use crate::queue::{copy_frame, FrameSource};
 /// serve. 1024 covers every NIC's channel count; each slot is one pointer
 /// in the kernel.
 pub const XSKMAP_ENTRIES: u32 = 1024;
+
+/// Ethernet header length: the shortest frame we transmit.
+const ETH_HLEN: usize = 14;
 
 /// Ethernet header plus one VLAN tag: what a frame may add to the MTU.
 const L2_OVERHEAD: u32 = 14 + 4;
@@ -1204,7 +1208,7 @@ impl Uplink for AfXdp {
         if len > self.tx_max_len {
             return Err(TxError::TooLarge);
         }
-        if len < 14 {
+        if len < ETH_HLEN {
             self.counters.tx_dropped = self.counters.tx_dropped.wrapping_add(1);
             return Ok(());
         }
@@ -1225,6 +1229,13 @@ impl Uplink for AfXdp {
         // reads or writes it until we push it below.
         let buf = unsafe { self.umem.frame_mut(base) };
         let n = copy_frame(frame, &mut buf[..len]);
+        if n < ETH_HLEN {
+            // The source wrote less than it announced: never hand the
+            // kernel a runt descriptor (it would keep the frame).
+            self.tx_free.push(base);
+            self.counters.tx_dropped = self.counters.tx_dropped.wrapping_add(1);
+            return Ok(());
+        }
         let pushed = self.tx.push(libc::xdp_desc {
             addr: base,
             len: n as u32,
@@ -1251,7 +1262,8 @@ impl Uplink for AfXdp {
         UplinkOffloads::default()
     }
 
-    /// Our counters plus the kernel's drops (`XDP_STATISTICS`): RX drops
+    /// Our counters plus the kernel's drops (`XDP_STATISTICS`, one
+    /// `getsockopt`; not for the hot path): RX drops
     /// include frames the kernel could not deliver (fill ring empty, RX
     /// ring full, frame larger than a UMEM frame), TX drops include
     /// invalid descriptors and at least one frame per `EBUSY` from the

@@ -1,0 +1,907 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! End-to-end tests of the AF_PACKET uplink against the kernel, through a
+//! veth pair: our end in the test's network namespace, the peer end in a
+//! namespace of its own. No vhost-user: frames go straight through the
+//! [`Uplink`] trait.
+//!
+//! * `tx_frames_arrive_byte_exact`: `tx_push` → peer capture, byte for byte.
+//! * `rx_frames_arrive_byte_exact`: peer raw socket → `rx_burst`, including
+//!   an 802.1Q-tagged frame (the kernel moves the tag into metadata; the
+//!   uplink puts it back).
+//! * `tx_offloads_are_carried_out_by_the_kernel`: TCPv4 and TCPv6 TSO,
+//!   UFO, USO super-frames and a partial checksum, pushed with virtio-net
+//!   headers, arrive at the peer as valid, fully checksummed segments
+//!   (checksum and segmentation offloads of our veth end are switched off
+//!   with the ethtool ioctl, so the kernel does the work in software before
+//!   the wire).
+//! * `rx_tso_super_frames_from_a_tcp_stream`: a real TCP stream from the
+//!   peer namespace to an address on our end arrives through `rx_burst` as
+//!   `GSO_TCPV4` super-frames, which `Segmenter::segment` turns into valid
+//!   segments; a second uplink without virtio-net headers on the same
+//!   interface yields only wire-size, fully checksummed frames carrying the
+//!   same bytes.
+//!
+//! Needs root, `ip` (iproute2) and `python3` (the peer side's capture and
+//! send programs, and the ethtool ioctl); run by `scripts/test.sh`. Each
+//! test makes its own namespace and veth pair, named after the process id,
+//! and removes them when it ends, passed or failed.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig};
+use vhost_net_backend::io::offload::{pseudo_header_checksum, Segmenter};
+use vhost_net_backend::io::Uplink;
+use vhost_net_backend::net_hdr::{
+    F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4, GSO_TCPV6, GSO_UDP, GSO_UDP_L4,
+};
+use vhost_net_backend::VirtioNetHdr;
+
+// ===== namespace and veth fixture =====
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs a command and panics with its output when it fails.
+fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A veth pair: `ours` in this namespace, `peer` in namespace `ns`.
+/// Dropping it deletes both (also when the test panics).
+struct Veth {
+    ns: String,
+    ours: String,
+    peer: String,
+    /// Third octet of the test's 198.18.0.0/15 subnet.
+    net: u8,
+}
+
+impl Veth {
+    fn new() -> Self {
+        let pid = std::process::id();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let v = Veth {
+            ns: format!("vhu-afp-{pid}-{n}"),
+            ours: format!("vap{pid}x{n}"),
+            peer: format!("vap{pid}y{n}"),
+            net: ((pid as usize * 7 + n) % 250) as u8,
+        };
+        run(&["ip", "netns", "add", &v.ns]);
+        run(&[
+            "ip", "link", "add", &v.ours, "type", "veth", "peer", "name", &v.peer, "netns", &v.ns,
+        ]);
+        // No IPv6 chatter (router solicitations, DAD) on either end.
+        std::fs::write(
+            format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", v.ours),
+            "1",
+        )
+        .expect("disable IPv6 on our end");
+        v.exec(&[
+            "sh",
+            "-c",
+            &format!("echo 1 > /proc/sys/net/ipv6/conf/{}/disable_ipv6", v.peer),
+        ]);
+        run(&["ip", "link", "set", &v.ours, "up"]);
+        v.exec(&["ip", "link", "set", &v.peer, "up"]);
+        v.exec(&["ip", "link", "set", "lo", "up"]);
+        v
+    }
+
+    /// Runs a command in the peer namespace.
+    fn exec(&self, args: &[&str]) -> String {
+        let mut full = vec!["ip", "netns", "exec", &self.ns];
+        full.extend_from_slice(args);
+        run(&full)
+    }
+
+    fn peer_mac(&self) -> [u8; 6] {
+        let s = self.exec(&["cat", &format!("/sys/class/net/{}/address", self.peer)]);
+        parse_mac(s.trim())
+    }
+
+    fn our_mac(&self) -> [u8; 6] {
+        let s = std::fs::read_to_string(format!("/sys/class/net/{}/address", self.ours))
+            .expect("our MAC");
+        parse_mac(s.trim())
+    }
+
+    /// Addresses 198.18.`net`.1 (ours) and .2 (peer), /24.
+    fn add_addresses(&self) -> ([u8; 4], [u8; 4]) {
+        let (a, b) = ([198, 18, self.net, 1], [198, 18, self.net, 2]);
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("198.18.{}.1/24", self.net),
+            "dev",
+            &self.ours,
+        ]);
+        self.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("198.18.{}.2/24", self.net),
+            "dev",
+            &self.peer,
+        ]);
+        (a, b)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes the peer end, and with it the pair;
+        // the second command covers a half-built fixture.
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.ours])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn parse_mac(s: &str) -> [u8; 6] {
+    let mut m = [0u8; 6];
+    for (i, p) in s.split(':').enumerate() {
+        m[i] = u8::from_str_radix(p, 16).expect("MAC");
+    }
+    m
+}
+
+// ===== peer-side programs (python3) =====
+
+/// Captures frames of one ethertype on an interface and prints each as hex,
+/// after "READY"; ends with "DONE" after `count` frames or `timeout` s.
+const CAPTURE_PY: &str = r#"
+import select, socket, sys, time
+ifname, proto, count, timeout = sys.argv[1], int(sys.argv[2], 0), int(sys.argv[3]), float(sys.argv[4])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(proto))
+s.bind((ifname, proto))
+s.setsockopt(263, 23, 1)  # SOL_PACKET, PACKET_IGNORE_OUTGOING
+print("READY", flush=True)
+end = time.monotonic() + timeout
+n = 0
+while n < count:
+    left = end - time.monotonic()
+    if left <= 0 or not select.select([s], [], [], left)[0]:
+        break
+    print(s.recv(262144).hex(), flush=True)
+    n += 1
+print("DONE", flush=True)
+"#;
+
+/// Sends each argument (hex) as one raw frame on an interface.
+const SEND_PY: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((sys.argv[1], 0))
+for h in sys.argv[2:]:
+    s.send(bytes.fromhex(h))
+"#;
+
+/// Applies legacy ethtool "set" commands (`cmd=value`) to an interface.
+const ETHTOOL_PY: &str = r#"
+import array, fcntl, socket, struct, sys
+SIOCETHTOOL = 0x8946
+for pair in sys.argv[2:]:
+    cmd, val = (int(x, 0) for x in pair.split("="))
+    buf = array.array("B", struct.pack("II", cmd, val))
+    ifr = struct.pack("16sP16x", sys.argv[1].encode(), buf.buffer_info()[0])
+    fcntl.ioctl(socket.socket(socket.AF_INET, socket.SOCK_DGRAM), SIOCETHTOOL, ifr)
+"#;
+
+/// Connects to `host:port` and sends `n` bytes (i mod 251), then closes.
+const TCP_SEND_PY: &str = r#"
+import socket, sys
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+data = bytes(i % 251 for i in range(n))
+c = socket.create_connection((host, port), timeout=10)
+c.sendall(data)
+c.close()
+"#;
+
+/// `ETHTOOL_STXCSUM`: switching TX checksumming off also switches off TSO
+/// and friends, which depend on it.
+const ETHTOOL_STXCSUM: u32 = 0x17;
+
+/// A capture running in the peer namespace.
+struct Capture {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl Capture {
+    fn start(v: &Veth, proto: u16, count: usize, timeout: Duration) -> Self {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &v.ns, "python3", "-c", CAPTURE_PY, &v.peer])
+            .arg(format!("{proto:#x}"))
+            .arg(count.to_string())
+            .arg(timeout.as_secs_f64().to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start python3 capture in the peer namespace");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let c = Capture { child, lines };
+        let first = c
+            .lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("capture READY");
+        assert_eq!(first, "READY");
+        c
+    }
+
+    /// Waits for the capture to end; returns the frames.
+    fn finish(mut self) -> Vec<Vec<u8>> {
+        let mut frames = Vec::new();
+        loop {
+            let l = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("capture output");
+            if l == "DONE" {
+                break;
+            }
+            frames.push(hex(&l));
+        }
+        assert!(self.child.wait().expect("capture exit").success());
+        frames
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        // Only reached with the child still running when a test failed.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn to_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+// ===== frames and an independent checksum check =====
+
+const ETH_TEST: u16 = 0x88b5; // IEEE local experimental ethertype
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn eth_frame(dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    if let Some(tci) = vlan {
+        f.extend_from_slice(&0x8100u16.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&ETH_TEST.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// RFC 1071 sum, folded, written independently of the library.
+fn sum16(parts: &[&[u8]]) -> u16 {
+    let mut s: u32 = 0;
+    for p in parts {
+        for c in p.chunks(2) {
+            let w = if c.len() == 2 {
+                u16::from_be_bytes([c[0], c[1]])
+            } else {
+                u16::from(c[0]) << 8
+            };
+            s += u32::from(w);
+            s = (s & 0xffff) + (s >> 16);
+        }
+    }
+    s as u16
+}
+
+fn be16(b: &[u8], o: usize) -> u16 {
+    u16::from_be_bytes([b[o], b[o + 1]])
+}
+
+fn be32(b: &[u8], o: usize) -> u32 {
+    u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+/// What `check_ip_frame` found in a valid, untagged IPv4 or IPv6 frame.
+#[derive(Debug)]
+struct Seen {
+    v6: bool,
+    proto: u8,
+    l4: usize,
+    /// IPv4 flags/fragment offset (0 for IPv6 or unfragmented).
+    frag: u16,
+    id: u16,
+}
+
+/// Verifies the IP length fields, the IPv4 header checksum and (for a
+/// non-fragment) the TCP/UDP checksum of a frame.
+fn check_ip_frame(f: &[u8]) -> Seen {
+    let et = be16(f, 12);
+    let s = match et {
+        0x0800 => {
+            let ihl = usize::from(f[14] & 15) * 4;
+            assert_eq!(sum16(&[&f[14..14 + ihl]]), 0xffff, "IPv4 header checksum");
+            assert_eq!(usize::from(be16(f, 16)), f.len() - 14, "IPv4 total length");
+            Seen {
+                v6: false,
+                proto: f[23],
+                l4: 14 + ihl,
+                frag: be16(f, 20) & 0x3fff,
+                id: be16(f, 18),
+            }
+        }
+        0x86dd => {
+            assert_eq!(
+                usize::from(be16(f, 18)),
+                f.len() - 54,
+                "IPv6 payload length"
+            );
+            Seen {
+                v6: true,
+                proto: f[20],
+                l4: 54,
+                frag: 0,
+                id: 0,
+            }
+        }
+        _ => panic!("not IP: {et:#x}"),
+    };
+    if s.frag == 0 {
+        let l4_len = (f.len() - s.l4) as u32;
+        let (src, dst): (&[u8], &[u8]) = if s.v6 {
+            (&f[22..38], &f[38..54])
+        } else {
+            (&f[26..30], &f[30..34])
+        };
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(src);
+        pseudo.extend_from_slice(dst);
+        pseudo.extend_from_slice(&l4_len.to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, s.proto]);
+        assert_eq!(sum16(&[&pseudo, &f[s.l4..]]), 0xffff, "L4 checksum ({s:?})");
+    }
+    s
+}
+
+const IP4_SRC: [u8; 4] = [198, 19, 0, 1];
+const IP4_DST: [u8; 4] = [198, 19, 0, 2];
+const IP6_SRC: [u8; 16] = [0xfd, 0, 0x76, 0x68, 0x75, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+const IP6_DST: [u8; 16] = [0xfd, 0, 0x76, 0x68, 0x75, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
+/// An IPv4/IPv6 TCP or UDP frame with a partial checksum, as a guest hands
+/// it over, and its header.
+fn l4_frame(
+    dst: [u8; 6],
+    src: [u8; 6],
+    v6: bool,
+    tcp: bool,
+    payload: &[u8],
+    gso_type: u8,
+    gso_size: u16,
+) -> (VirtioNetHdr, Vec<u8>) {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    let l4_len = if tcp { 20 } else { 8 } + payload.len();
+    let proto = if tcp { 6 } else { 17 };
+    if v6 {
+        f.extend_from_slice(&0x86ddu16.to_be_bytes());
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&(l4_len as u16).to_be_bytes());
+        f.extend_from_slice(&[proto, 64]);
+        f.extend_from_slice(&IP6_SRC);
+        f.extend_from_slice(&IP6_DST);
+    } else {
+        f.extend_from_slice(&0x0800u16.to_be_bytes());
+        let tot = (20 + l4_len) as u16;
+        let mut ip = vec![0x45, 0];
+        ip.extend_from_slice(&tot.to_be_bytes());
+        ip.extend_from_slice(&[0x43, 0x21, 0x40, 0x00, 64, proto, 0, 0]);
+        ip.extend_from_slice(&IP4_SRC);
+        ip.extend_from_slice(&IP4_DST);
+        let c = !sum16(&[&ip]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        f.extend_from_slice(&ip);
+    }
+    let l4 = f.len();
+    let (s, d): (&[u8], &[u8]) = if v6 {
+        (&IP6_SRC, &IP6_DST)
+    } else {
+        (&IP4_SRC, &IP4_DST)
+    };
+    let pseudo = pseudo_header_checksum(s, d, proto, l4_len as u32);
+    if tcp {
+        f.extend_from_slice(&[0x9c, 0x40, 0x1f, 0x90]); // 40000 -> 8080
+        f.extend_from_slice(&1_000_000u32.to_be_bytes());
+        f.extend_from_slice(&1u32.to_be_bytes());
+        f.extend_from_slice(&[0x50, 0x18 | 0x01, 0xff, 0xff]); // PSH|ACK|FIN
+        f.extend_from_slice(&pseudo.to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+    } else {
+        f.extend_from_slice(&[0x9c, 0x40, 0x1f, 0x90]);
+        f.extend_from_slice(&(l4_len as u16).to_be_bytes());
+        f.extend_from_slice(&pseudo.to_be_bytes());
+    }
+    f.extend_from_slice(payload);
+    let hdr = VirtioNetHdr {
+        flags: F_NEEDS_CSUM,
+        gso_type,
+        hdr_len: (l4 + if tcp { 20 } else { 8 }) as u16,
+        gso_size,
+        csum_start: l4 as u16,
+        csum_offset: if tcp { 16 } else { 6 },
+        num_buffers: 0,
+    };
+    (hdr, f)
+}
+
+/// Pushes one frame and flushes, failing the test on any error.
+#[allow(clippy::ptr_arg)] // Vec<u8> is a FrameSource; [u8] is not Sized
+fn push(up: &mut AfPacket, hdr: &VirtioNetHdr, frame: &Vec<u8>) {
+    up.tx_push(hdr, frame).expect("tx_push");
+    up.tx_flush().expect("tx_flush");
+}
+
+/// Polls `rx_burst` until `want` returns true for the frames collected so
+/// far, or the timeout passes.
+fn receive_until(
+    up: &mut AfPacket,
+    timeout: Duration,
+    mut keep: impl FnMut(&VirtioNetHdr, &[u8]) -> bool,
+    mut done: impl FnMut() -> bool,
+) {
+    let end = Instant::now() + timeout;
+    while !done() && Instant::now() < end {
+        let n = up
+            .rx_burst(64, &mut |h, f| {
+                keep(h, f);
+            })
+            .expect("rx_burst");
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn open(v: &Veth, vnet_hdr: bool) -> AfPacket {
+    let cfg = AfPacketConfig {
+        vnet_hdr,
+        ..AfPacketConfig::default()
+    };
+    AfPacket::open(&v.ours, cfg).unwrap_or_else(|e| panic!("open {}: {e}", v.ours))
+}
+
+// ===== tests =====
+
+#[test]
+#[ignore = "needs root: run scripts/test.sh"]
+fn tx_frames_arrive_byte_exact() {
+    let v = Veth::new();
+    let mut up = open(&v, true);
+    assert_eq!(
+        up.tx_vnet_hdr_len(),
+        12,
+        "kernel 6.2+ takes 12-byte headers"
+    );
+    let src = v.our_mac();
+    let frames: Vec<Vec<u8>> = [46, 100, 1000, 1500]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| eth_frame([0xff; 6], src, None, &pattern(n, i as u8)))
+        .collect();
+    let cap = Capture::start(&v, ETH_TEST, frames.len(), Duration::from_secs(10));
+    // All queued first: one flush sends them all.
+    for f in &frames {
+        up.tx_push(&VirtioNetHdr::default(), f).expect("tx_push");
+    }
+    up.tx_flush().expect("tx_flush");
+    let got = cap.finish();
+    assert_eq!(got, frames);
+    let c = up.counters();
+    assert_eq!(c.tx_packets, 4);
+    assert_eq!(
+        c.tx_bytes,
+        frames.iter().map(|f| f.len() as u64).sum::<u64>()
+    );
+    assert_eq!(c.tx_dropped, 0);
+}
+
+#[test]
+#[ignore = "needs root: run scripts/test.sh"]
+fn tx_ring_wraps_and_reports_back_pressure() {
+    let v = Veth::new();
+    let mut up = open(&v, true);
+    let slots = up.tx_slots();
+    let src = v.our_mac();
+    let total = slots * 3 + 7;
+    let cap = Capture::start(&v, ETH_TEST, total, Duration::from_secs(20));
+    let mut sent = 0;
+    let mut full = 0;
+    while sent < total {
+        let mut payload = pattern(200, 0);
+        payload[..8].copy_from_slice(&(sent as u64).to_be_bytes());
+        let f = eth_frame([0xff; 6], src, None, &payload);
+        match up.tx_push(&VirtioNetHdr::default(), &f) {
+            Ok(()) => sent += 1,
+            Err(e) => {
+                assert_eq!(e, vhost_net_backend::io::TxError::Full);
+                full += 1;
+                up.tx_flush().expect("tx_flush");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        if sent % 16 == 0 {
+            up.tx_flush().expect("tx_flush");
+        }
+    }
+    up.tx_flush().expect("tx_flush");
+    let got = cap.finish();
+    assert_eq!(
+        got.len(),
+        total,
+        "every frame arrives ({full} Full results)"
+    );
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(be32(g, 14 + 4) as usize, i, "in order");
+    }
+    assert_eq!(up.counters().tx_packets, total as u64);
+}
+
+#[test]
+#[ignore = "needs root: run scripts/test.sh"]
+fn rx_frames_arrive_byte_exact() {
+    let v = Veth::new();
+    let mut up = open(&v, true);
+    let src = v.peer_mac();
+    let frames = vec![
+        eth_frame([0xff; 6], src, None, &pattern(46, 1)),
+        eth_frame([0x02, 0, 0, 0, 0, 0x42], src, None, &pattern(1500, 2)),
+        // A tagged frame: the kernel strips the tag into metadata.
+        eth_frame([0xff; 6], src, Some(0x2064), &pattern(300, 3)),
+        eth_frame([0xff; 6], src, Some(0x0005), &pattern(1496, 4)),
+    ];
+    let mut args = vec!["python3", "-c", SEND_PY, &v.peer];
+    let hexes: Vec<String> = frames.iter().map(|f| to_hex(f)).collect();
+    args.extend(hexes.iter().map(String::as_str));
+    v.exec(&args);
+    let mut got: Vec<(VirtioNetHdr, Vec<u8>)> = Vec::new();
+    receive_until(
+        &mut up,
+        Duration::from_secs(10),
+        |h, f| {
+            let et = be16(f, 12);
+            if et == ETH_TEST || (et == 0x8100 && be16(f, 16) == ETH_TEST) {
+                got.push((*h, f.to_vec()));
+            }
+            true
+        },
+        || false,
+    );
+    let bodies: Vec<Vec<u8>> = got.iter().map(|(_, f)| f.clone()).collect();
+    assert_eq!(bodies, frames);
+    for (h, _) in &got {
+        assert_eq!(h.gso_type, GSO_NONE);
+        assert!(!h.needs_csum());
+    }
+    let c = up.counters();
+    assert!(c.rx_packets >= 4);
+    assert_eq!(c.rx_dropped, 0);
+}
+
+#[test]
+#[ignore = "needs root: run scripts/test.sh"]
+fn tx_offloads_are_carried_out_by_the_kernel() {
+    let v = Veth::new();
+    // Our end can do no checksum or segmentation offload, so the kernel
+    // completes and segments in software before the frames cross.
+    v_ethtool(&v.ours, &[(ETHTOOL_STXCSUM, 0)]);
+    let mut up = open(&v, true);
+    let (dst, src) = (v.peer_mac(), v.our_mac());
+    let mss = 1448u16;
+
+    // TCPv4 TSO, 64000 bytes: 45 segments.
+    let data = pattern(64_000, 9);
+    let (h, f) = l4_frame(dst, src, false, true, &data, GSO_TCPV4, mss);
+    assert!(f.len() > 64 * 1000);
+    let want = data.len().div_ceil(usize::from(mss));
+    let cap = Capture::start(&v, 0x0800, want, Duration::from_secs(10));
+    push(&mut up, &h, &f);
+    let segs = cap.finish();
+    check_tcp_segments(&segs, &data, mss, 1_000_000);
+    // IPv4 IDs: consecutive from the super-frame's.
+    for (i, s) in segs.iter().enumerate() {
+        assert_eq!(be16(s, 18), 0x4321u16.wrapping_add(i as u16));
+    }
+
+    // TCPv6 TSO.
+    let data = pattern(20_000, 10);
+    let (h, f) = l4_frame(dst, src, true, true, &data, GSO_TCPV6, 1428);
+    let cap = Capture::start(
+        &v,
+        0x86dd,
+        data.len().div_ceil(1428),
+        Duration::from_secs(10),
+    );
+    push(&mut up, &h, &f);
+    check_tcp_segments(&cap.finish(), &data, 1428, 1_000_000);
+
+    // A partial UDP checksum, completed on the way.
+    let data = pattern(999, 11);
+    let (h, f) = l4_frame(dst, src, false, false, &data, GSO_NONE, 0);
+    let cap = Capture::start(&v, 0x0800, 1, Duration::from_secs(10));
+    push(&mut up, &h, &f);
+    let got = cap.finish();
+    assert_eq!(got.len(), 1);
+    let s = check_ip_frame(&got[0]);
+    assert_eq!((s.proto, &got[0][s.l4 + 8..]), (17, &data[..]));
+    assert_ne!(got[0][s.l4 + 6..s.l4 + 8], f[s.l4 + 6..s.l4 + 8]);
+
+    // USO: one UDP datagram per 1400 bytes.
+    let data = pattern(10_000, 12);
+    let (h, f) = l4_frame(dst, src, false, false, &data, GSO_UDP_L4, 1400);
+    let cap = Capture::start(&v, 0x0800, 8, Duration::from_secs(10));
+    push(&mut up, &h, &f);
+    let got = cap.finish();
+    assert_eq!(got.len(), 8);
+    let mut all = Vec::new();
+    for g in &got {
+        let s = check_ip_frame(g);
+        assert_eq!(s.frag, 0);
+        assert!(g.len() - s.l4 - 8 <= 1400);
+        all.extend_from_slice(&g[s.l4 + 8..]);
+    }
+    assert_eq!(all, data);
+
+    // UFO: one datagram in IPv4 fragments.
+    let data = pattern(8000, 13);
+    let (h, f) = l4_frame(dst, src, false, false, &data, GSO_UDP, 1480);
+    let cap = Capture::start(&v, 0x0800, 6, Duration::from_secs(10));
+    push(&mut up, &h, &f);
+    let got = cap.finish();
+    assert_eq!(got.len(), 6, "8008 bytes in 1480-byte fragments");
+    let mut dgram = Vec::new();
+    for (i, g) in got.iter().enumerate() {
+        let s = check_ip_frame(g);
+        assert_eq!(usize::from(s.frag & 0x1fff) * 8, dgram.len());
+        assert_eq!(s.frag & 0x2000 != 0, i + 1 != got.len(), "MF");
+        assert_eq!(s.id, 0x4321, "one ID for all fragments");
+        dgram.extend_from_slice(&g[s.l4..]);
+    }
+    assert_eq!(&dgram[8..], &data[..]);
+    let l4_len = dgram.len() as u32;
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&IP4_SRC);
+    pseudo.extend_from_slice(&IP4_DST);
+    pseudo.extend_from_slice(&l4_len.to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 17]);
+    assert_eq!(
+        sum16(&[&pseudo, &dgram]),
+        0xffff,
+        "UDP checksum of the datagram"
+    );
+
+    let c = up.counters();
+    assert_eq!((c.tx_packets, c.tx_dropped), (5, 0));
+}
+
+/// With qdisc bypass the kernel cannot segment in software: a super-frame
+/// for an interface without TSO is dropped, counted, and does not block the
+/// frames queued behind it.
+#[test]
+#[ignore = "needs root: run scripts/test.sh"]
+fn qdisc_bypass_drops_what_the_device_cannot_segment() {
+    let v = Veth::new();
+    v_ethtool(&v.ours, &[(ETHTOOL_STXCSUM, 0)]);
+    let cfg = AfPacketConfig {
+        qdisc_bypass: true,
+        ..AfPacketConfig::default()
+    };
+    let mut up = AfPacket::open(&v.ours, cfg).expect("open");
+    let (dst, src) = (v.peer_mac(), v.our_mac());
+    let data = pattern(10_000, 1);
+    let (h, tso) = l4_frame(dst, src, false, true, &data, GSO_TCPV4, 1448);
+    let plain = eth_frame([0xff; 6], src, None, &pattern(100, 2));
+    let cap = Capture::start(&v, ETH_TEST, 1, Duration::from_secs(10));
+    up.tx_push(&h, &tso).expect("tx_push");
+    up.tx_push(&VirtioNetHdr::default(), &plain)
+        .expect("tx_push");
+    up.tx_flush().expect("tx_flush");
+    up.tx_flush().expect("tx_flush");
+    assert_eq!(cap.finish(), vec![plain.clone()]);
+    let c = up.counters();
+    assert_eq!((c.tx_packets, c.tx_dropped), (1, 1), "{c:?}");
+    // Partial checksums are still completed on this path.
+    let (h, udp) = l4_frame(dst, src, false, false, &data[..500], GSO_NONE, 0);
+    let cap = Capture::start(&v, 0x0800, 1, Duration::from_secs(10));
+    push(&mut up, &h, &udp);
+    let got = cap.finish();
+    assert_eq!(got.len(), 1);
+    check_ip_frame(&got[0]);
+}
+
+/// Checks TCP segments of one super-frame: valid checksums, sequence
+/// numbers, sizes, FIN/PSH on the last only, and the payload.
+fn check_tcp_segments(segs: &[Vec<u8>], data: &[u8], mss: u16, seq0: u32) {
+    assert_eq!(
+        segs.len(),
+        data.len().div_ceil(usize::from(mss)),
+        "segment count"
+    );
+    let mut got = Vec::new();
+    for (i, s) in segs.iter().enumerate() {
+        let seen = check_ip_frame(s);
+        assert_eq!(seen.proto, 6);
+        let l4 = seen.l4;
+        let off = usize::from(s[l4 + 12] >> 4) * 4;
+        assert_eq!(be32(s, l4 + 4), seq0.wrapping_add(got.len() as u32), "seq");
+        let last = i + 1 == segs.len();
+        assert_eq!(
+            s[l4 + 13] & 0x09 != 0,
+            last,
+            "FIN/PSH on the last segment only"
+        );
+        let p = &s[l4 + off..];
+        assert!(p.len() <= usize::from(mss));
+        got.extend_from_slice(p);
+    }
+    assert_eq!(got, data, "payload");
+}
+
+fn v_ethtool(ifname: &str, cmds: &[(u32, u32)]) {
+    let mut args = vec![
+        "python3".to_owned(),
+        "-c".to_owned(),
+        ETHTOOL_PY.to_owned(),
+        ifname.to_owned(),
+    ];
+    args.extend(cmds.iter().map(|(c, v)| format!("{c}={v}")));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(&refs);
+}
+
+#[test]
+#[ignore = "needs root: run scripts/test.sh"]
+fn rx_tso_super_frames_from_a_tcp_stream() {
+    let v = Veth::new();
+    let (ours, peer) = v.add_addresses();
+    let mut up = open(&v, true);
+    let mut plain = open(&v, false);
+    assert_eq!(plain.offloads().rx, 0);
+    let listener = TcpListener::bind((std::net::Ipv4Addr::from(ours), 0)).expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    const N: usize = 2_000_000;
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).expect("read");
+        buf
+    });
+    let sender = Command::new("ip")
+        .args(["netns", "exec", &v.ns, "python3", "-c", TCP_SEND_PY])
+        .arg(std::net::Ipv4Addr::from(ours).to_string())
+        .arg(port.to_string())
+        .arg(N.to_string())
+        .spawn()
+        .expect("start the TCP sender");
+    let mut sender = KillOnDrop(sender);
+
+    // Data segments from the peer, as lent by each uplink.
+    let is_data = |f: &[u8]| {
+        be16(f, 12) == 0x0800 && f[23] == 6 && f[26..30] == peer && f.len() > 14 + 20 + 32
+    };
+    let mut supers = 0usize;
+    let mut offload_bytes = 0usize;
+    let mut segmenter = Segmenter::new();
+    let mut plain_bytes = 0usize;
+    let mut plain_frames = 0usize;
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut exited = None;
+    while Instant::now() < end {
+        let mut n = up
+            .rx_burst(64, &mut |h, f| {
+                if !is_data(f) {
+                    return;
+                }
+                if h.gso_type == GSO_TCPV4 {
+                    assert!(h.needs_csum(), "super-frames carry partial checksums");
+                    supers += 1;
+                    let mut count = 0;
+                    segmenter
+                        .segment(h, f, &mut |s| {
+                            check_ip_frame(s);
+                            assert!(tcp_payload_len(s) <= usize::from(h.gso_size));
+                            offload_bytes += tcp_payload_len(s);
+                            count += 1;
+                            true
+                        })
+                        .expect("segment");
+                    assert!(count > 1);
+                } else {
+                    offload_bytes += tcp_payload_len(f);
+                }
+            })
+            .expect("rx_burst");
+        n += plain
+            .rx_burst(64, &mut |h, f| {
+                if !is_data(f) {
+                    return;
+                }
+                assert_eq!(*h, VirtioNetHdr::default(), "plain uplink: no offloads");
+                assert!(f.len() <= 1514, "plain uplink: wire-size frames only");
+                check_ip_frame(f);
+                plain_bytes += tcp_payload_len(f);
+                plain_frames += 1;
+            })
+            .expect("rx_burst");
+        if n == 0 {
+            if exited.is_none() {
+                exited = sender.0.try_wait().expect("sender status");
+            }
+            if exited.is_some() && offload_bytes >= N && plain_bytes >= N {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert!(exited.expect("sender finished").success());
+    let received = reader.join().expect("reader");
+    assert_eq!(received.len(), N);
+    assert!(supers > 0, "no GSO_TCPV4 super-frame seen");
+    assert_eq!(offload_bytes, N, "payload seen through the offload uplink");
+    assert_eq!(plain_bytes, N, "payload seen through the plain uplink");
+    assert!(plain_frames >= N / 1448);
+    eprintln!(
+        "{supers} super-frames; plain uplink: {plain_frames} frames; counters {:?} / {:?}",
+        up.counters(),
+        plain.counters()
+    );
+}
+
+fn tcp_payload_len(f: &[u8]) -> usize {
+    let ihl = usize::from(f[14] & 15) * 4;
+    let off = usize::from(f[14 + ihl + 12] >> 4) * 4;
+    f.len() - 14 - ihl - off
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
