@@ -15,6 +15,7 @@
 //! panics the process.
 
 use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use vhost::vhost_user::message::{
@@ -35,6 +36,9 @@ use crate::ring::{GuestMemory, Layout, PackedLayout, SplitLayout};
 #[derive(Debug, Clone)]
 pub(crate) struct DeviceParams {
     pub name: String,
+    /// Mirror of the acked features, readable without the handler's lock
+    /// (the handler holds it while it waits for data-plane acks).
+    pub acked_mirror: Arc<AtomicU64>,
     pub queue_pairs: u16,
     pub offered: u64,
     pub max_frame: usize,
@@ -113,8 +117,14 @@ impl PortCtl {
     }
 
     /// The acked virtio features of the current connection.
+    #[cfg(test)]
     pub(crate) fn acked_features(&self) -> u64 {
         self.acked
+    }
+
+    fn set_acked(&mut self, features: u64) {
+        self.acked = features;
+        self.params.acked_mirror.store(features, Ordering::Release);
     }
 
     fn vring(&mut self, index: u32) -> VuResult<&mut VringCtl> {
@@ -127,7 +137,7 @@ impl PortCtl {
     pub(crate) fn reset_connection(&mut self) {
         self.reset_rings();
         self.mem = Arc::new(GuestMemory::empty());
-        self.acked = 0;
+        self.set_acked(0);
         self.acked_protocol = 0;
         self.owned = false;
     }
@@ -254,7 +264,7 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
 
     fn reset_device(&mut self) -> VuResult<()> {
         self.reset_rings();
-        self.acked = 0;
+        self.set_acked(0);
         Ok(())
     }
 
@@ -271,7 +281,7 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
             );
             return Err(VuError::InvalidParam);
         }
-        self.acked = features;
+        self.set_acked(features);
         tracing::info!(
             "port {}: features acked {features:#x} (mrg_rxbuf={} event_idx={} indirect={} version_1={})",
             self.params.name,
@@ -546,6 +556,7 @@ mod tests {
             .collect();
         let params = DeviceParams {
             name: "t".into(),
+            acked_mirror: Arc::default(),
             queue_pairs: pairs,
             offered: device::offered_features(pairs, Offloads::checksum(), None),
             max_frame: crate::device::MAX_FRAME_LEN,

@@ -133,6 +133,7 @@ struct PortInner {
     connection: Mutex<Option<UnixStream>>,
     connected: AtomicBool,
     connections: AtomicU64,
+    acked: Arc<AtomicU64>,
     vrings: Vec<Arc<VringShared>>,
 }
 
@@ -172,8 +173,10 @@ impl Port {
             .map(|_| VringShared::new().map(Arc::new))
             .collect::<io::Result<Vec<_>>>()
             .map_err(PortError::Resource)?;
+        let acked = Arc::new(AtomicU64::new(0));
         let params = DeviceParams {
             name: cfg.name.clone(),
+            acked_mirror: Arc::clone(&acked),
             queue_pairs: cfg.queue_pairs,
             offered: device::offered_features(cfg.queue_pairs, cfg.offloads, cfg.mtu),
             max_frame,
@@ -197,6 +200,7 @@ impl Port {
             connection: Mutex::new(None),
             connected: AtomicBool::new(false),
             connections: AtomicU64::new(0),
+            acked,
             vrings,
         });
         let t_inner = Arc::clone(&inner);
@@ -245,8 +249,10 @@ impl Port {
     }
 
     /// The virtio features the current frontend acked (0 when none).
+    ///
+    /// Never blocks (safe to call from a data-plane thread).
     pub fn acked_features(&self) -> u64 {
-        lock(&self.inner.ctl).acked_features()
+        self.inner.acked.load(Ordering::Acquire)
     }
 
     /// Counters of vring `index` (RX of pair `i` is `2i`, TX is `2i + 1`).
@@ -476,7 +482,7 @@ fn early_vring_enable(
     }
     let word = |i: usize| u32::from_le_bytes(hdr[i..i + 4].try_into().expect("4 bytes"));
     let (request, flags, size) = (word(0), word(4), word(8));
-    let protocol_acked = lock(&inner.ctl).acked_features() & device::bits::PROTOCOL_FEATURES != 0;
+    let protocol_acked = inner.acked.load(Ordering::Acquire) & device::bits::PROTOCOL_FEATURES != 0;
     if request != REQ_SET_VRING_ENABLE || protocol_acked || size != 8 {
         return Ok(false);
     }
