@@ -196,11 +196,11 @@ impl SplitRing {
     }
 
     /// Available entries, up to `max` (re-reads `avail.idx` only when the
-    /// last read is used up).
+    /// last read shows fewer than `max`).
     #[inline]
     pub(crate) fn count_avail(&mut self, max: usize) -> usize {
         let mut n = self.cached_avail();
-        if n == 0 {
+        if usize::from(n) < max {
             n = self.refresh_avail();
         }
         usize::from(n).min(max)
