@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! vs-dpdk [--reps N] [--sizes 64,1514] [--huge no|yes|both] [--rings split,packed]
-//!         [--warmup SECS] [--window SECS]
+//!         [--in-order default,0,1] [--warmup SECS] [--window SECS]
 //! ```
 //!
 //! Pinning (two cores): the frontend forwards on CPU 1; the backend (echo's
@@ -31,6 +31,8 @@ struct Args {
     sizes: Vec<u16>,
     huge: Vec<bool>,
     rings: Vec<bool>,
+    /// Frontend `in_order=` values (`None`: virtio-user's default).
+    in_order: Vec<Option<bool>>,
     warmup: Duration,
     window: Duration,
 }
@@ -41,6 +43,7 @@ fn parse_args() -> Result<Args, String> {
         sizes: vec![64, 1514],
         huge: vec![false, true],
         rings: vec![false],
+        in_order: vec![None],
         warmup: Duration::from_secs(3),
         window: Duration::from_secs(5),
     };
@@ -91,7 +94,14 @@ enum Backend {
 }
 
 /// One run: start the backend, then the frontend, inject, measure, stop.
-fn run(backend: Backend, size: u16, huge: bool, packed: bool, a: &Args) -> Throughput {
+fn run(
+    backend: Backend,
+    size: u16,
+    huge: bool,
+    packed: bool,
+    in_order: Option<bool>,
+    a: &Args,
+) -> Throughput {
     let dir = RunDir::new("vsdpdk");
     let socket: PathBuf = dir.join("vhost.sock");
     let mut echo = None;
@@ -116,6 +126,7 @@ fn run(backend: Backend, size: u16, huge: bool, packed: bool, a: &Args) -> Throu
     fe.hugepages = huge;
     fe.pkt_len = Some(size);
     fe.packed_vq = packed.then_some(true);
+    fe.in_order = in_order;
     let mut fe = Testpmd::spawn(&fe);
     fe.wait_ready(Duration::from_secs(60));
     fe.wait_link_up(Duration::from_secs(30));
@@ -137,6 +148,14 @@ fn run(backend: Backend, size: u16, huge: bool, packed: bool, a: &Args) -> Throu
     assert!(status.success(), "frontend exited with {status}\n{log}");
     assert!(t.rx_packets > 0, "no traffic\n{log}");
     t
+}
+
+fn io_name(v: Option<bool>) -> &'static str {
+    match v {
+        None => "default",
+        Some(false) => "0",
+        Some(true) => "1",
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -165,36 +184,48 @@ fn main() -> ExitCode {
     let mut summary = Vec::new();
     for &huge in &a.huge {
         for &packed in &a.rings {
-            for &size in &a.sizes {
-                let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-                for rep in 0..a.reps {
-                    for b in [Backend::Ours, Backend::Dpdk] {
-                        let t = run(b, size, huge, packed, &a);
-                        println!(
-                            "run huge={huge} ring={} size={size} rep={rep} backend={b:?}: {:.2} Mpps \
+            for &in_order in &a.in_order {
+                for &size in &a.sizes {
+                    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+                    for rep in 0..a.reps {
+                        for b in [Backend::Ours, Backend::Dpdk] {
+                            let t = run(b, size, huge, packed, in_order, &a);
+                            println!(
+                            "run huge={huge} ring={} in_order={} size={size} rep={rep} backend={b:?}: {:.2} Mpps \
                              (host clock {:.2}, avg frame {:.1} B, foreign cpu {:.1} %, steal {:.1} %)",
                             if packed { "packed" } else { "split" },
+                            io_name(in_order),
                             t.mpps(),
                             t.mpps_host_clock(),
                             t.avg_frame_len(),
                             t.foreign * 100.0,
                             t.steal * 100.0
                         );
-                        match b {
-                            Backend::Ours => ours.push(t.mpps()),
-                            Backend::Dpdk => theirs.push(t.mpps()),
+                            match b {
+                                Backend::Ours => ours.push(t.mpps()),
+                                Backend::Dpdk => theirs.push(t.mpps()),
+                            }
                         }
                     }
+                    let (mo, md) = (median(&mut ours), median(&mut theirs));
+                    summary.push((
+                        huge,
+                        packed,
+                        in_order,
+                        size,
+                        mo,
+                        md,
+                        ours.clone(),
+                        theirs.clone(),
+                    ));
                 }
-                let (mo, md) = (median(&mut ours), median(&mut theirs));
-                summary.push((huge, packed, size, mo, md, ours.clone(), theirs.clone()));
             }
         }
     }
     println!();
-    println!("| hugepages | ring | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | runs ours | runs DPDK |");
-    println!("|---|---|---:|---:|---:|---:|---|---|");
-    for (huge, packed, size, mo, md, o, d) in summary {
+    println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | runs ours | runs DPDK |");
+    println!("|---|---|---|---:|---:|---:|---:|---|---|");
+    for (huge, packed, in_order, size, mo, md, o, d) in summary {
         let fmt = |v: &[f64]| {
             v.iter()
                 .map(|x| format!("{x:.2}"))
@@ -202,9 +233,10 @@ fn main() -> ExitCode {
                 .join(" ")
         };
         println!(
-            "| {} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {} | {} |",
             if huge { "yes" } else { "no" },
             if packed { "packed" } else { "split" },
+            io_name(in_order),
             mo / md,
             fmt(&o),
             fmt(&d)
