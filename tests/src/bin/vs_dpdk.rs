@@ -76,6 +76,17 @@ fn parse_args() -> Result<Args, String> {
                     })
                     .collect::<Result<_, _>>()?
             }
+            "--in-order" => {
+                a.in_order = v()?
+                    .split(',')
+                    .map(|r| match r {
+                        "default" => Ok(None),
+                        "0" => Ok(Some(false)),
+                        "1" => Ok(Some(true)),
+                        o => Err(format!("--in-order: {o}")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--warmup" => a.warmup = Duration::from_secs(v()?.parse().map_err(|e| format!("{e}"))?),
             "--window" => a.window = Duration::from_secs(v()?.parse().map_err(|e| format!("{e}"))?),
             o => return Err(format!("unknown argument {o}")),
