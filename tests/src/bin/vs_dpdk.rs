@@ -187,7 +187,7 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    if a.huge.contains(&true) && !hugepages_available(512) {
+    if a.huge.contains(&true) && !hugepages_available(256) {
         eprintln!("vs-dpdk: no hugepages: run scripts/hugepages.sh (or --huge no)");
         return ExitCode::FAILURE;
     }
