@@ -10,9 +10,10 @@
 //! Every value the frontend sends is validated: vring indices against the
 //! number of queues, ring sizes, addresses (translated through the memory
 //! table, alignment-checked), feature bits against what was offered, memory
-//! regions against overflow and overlap. An invalid request is refused (a
-//! NACK with `REPLY_ACK`, otherwise the connection is closed); it never
-//! panics the process.
+//! regions against overflow and overlap. An invalid request is refused: the
+//! frontend gets a NACK when it asked for one (`REPLY_ACK`), and the
+//! connection is closed (every ring stopped, the device reset); the port then
+//! serves the next connection. It never panics the process.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};

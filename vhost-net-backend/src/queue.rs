@@ -32,7 +32,7 @@ use crate::device::{bits, Negotiated, MAX_FRAME_LEN};
 use crate::net_hdr::{self, VirtioNetHdr};
 use crate::ring::{
     copy_from_segs, read_hdr, GuestMemory, Layout, Popped, Ring, Seg, SegVec, SegWriter, UsedId,
-    MAX_CHAIN_SEGS,
+    MAX_CHAIN_SEGS, MAX_RX_FRAME_SEGS,
 };
 use crate::stats::{BurstCounters, DropReason, QueueCounters, QueueStats};
 
@@ -149,14 +149,14 @@ struct Vring {
 }
 
 impl Vring {
-    fn new(shared: Arc<VringShared>) -> Self {
+    fn new(shared: Arc<VringShared>, max_segs: usize) -> Self {
         shared.lock().attached = true;
         Self {
             shared,
             applied_gen: 0,
             cfg: None,
             ring: None,
-            segs: SegVec::with_capacity(MAX_RX_CHAINS.max(MAX_CHAIN_SEGS)),
+            segs: SegVec::with_capacity(max_segs),
             poller: None,
             registered_kick: None,
             counters: BurstCounters::default(),
@@ -345,12 +345,12 @@ impl QueuePair {
     pub(crate) fn new(index: u16, rx: Arc<VringShared>, tx: Arc<VringShared>) -> Self {
         Self {
             rx: RxQueue {
-                vring: Vring::new(rx),
+                vring: Vring::new(rx, MAX_RX_FRAME_SEGS),
                 index,
                 chains: vec![(UsedId::new(0, 0), 0); MAX_RX_CHAINS].into_boxed_slice(),
             },
             tx: TxQueue {
-                vring: Vring::new(tx),
+                vring: Vring::new(tx, MAX_CHAIN_SEGS),
                 index,
             },
         }
@@ -597,8 +597,14 @@ impl TxQueue {
             } else {
                 let segs = v.segs.as_slice();
                 let len = total - hdr_len;
+                let mut hdr = read_hdr(segs, hdr_len);
+                // Drivers must not set DATA_VALID (or RSC_INFO) on TX, and
+                // `num_buffers` means nothing there: a guest cannot make
+                // another guest skip checksum validation.
+                hdr.flags &= net_hdr::F_NEEDS_CSUM;
+                hdr.num_buffers = 0;
                 let mut frame = TxFrame {
-                    hdr: read_hdr(segs, hdr_len),
+                    hdr,
                     len,
                     head: [0; HEAD_LEN],
                     head_len: len.min(HEAD_LEN),
@@ -762,10 +768,17 @@ impl RxBurst<'_> {
                 ring.rollback(mark);
                 return Err(DropReason::TooLong);
             }
+            let segs_before = v.segs.len();
             match ring.next_chain(true, &mut v.segs) {
                 Popped::Empty => {
                     ring.rollback(mark);
                     return Err(DropReason::NoBuffers);
+                }
+                // Out of room in our own segment list, not a bad chain:
+                // leave every buffer to the guest.
+                Popped::Bad(_, DropReason::TooManySegments) if segs_before > 0 => {
+                    ring.rollback(mark);
+                    return Err(DropReason::TooLong);
                 }
                 Popped::Chain(used, len) => {
                     q.chains[nchains] = (used, len);

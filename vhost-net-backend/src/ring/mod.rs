@@ -197,9 +197,15 @@ impl Ring {
     }
 }
 
-/// Most buffers one chain may have (after splitting at region boundaries).
-/// Linux uses at most `MAX_SKB_FRAGS + 2` (19) per frame.
-pub const MAX_CHAIN_SEGS: usize = 64;
+/// Most buffers one guest TX chain may have (after splitting at region
+/// boundaries); longer chains are dropped as `TooManySegments`. Linux uses
+/// at most `MAX_SKB_FRAGS + 2` (19) per frame.
+pub const MAX_CHAIN_SEGS: usize = 256;
+
+/// Most buffers all the RX chains of one frame may have together; a frame
+/// that would need more is dropped (`TooLong`) without consuming the
+/// guest's buffers.
+pub const MAX_RX_FRAME_SEGS: usize = 1024;
 
 /// One guest buffer, translated and bounds-checked.
 #[derive(Debug, Clone, Copy, Default)]
@@ -241,7 +247,7 @@ impl SegVec {
         }
     }
 
-    #[cfg(test)]
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
