@@ -19,8 +19,10 @@ use std::os::fd::RawFd;
 use crate::net_hdr::VirtioNetHdr;
 use crate::queue::FrameSource;
 
+pub mod af_packet;
 pub mod af_xdp;
 pub mod offload;
+pub mod tap;
 
 /// Offloads an uplink handles, as virtio-net feature bits
 /// ([`crate::device::bits`]).

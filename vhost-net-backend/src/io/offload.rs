@@ -34,6 +34,8 @@
 //! IPv6 destination address as is) and TCP urgent data spanning segments are
 //! not handled specially.
 
+use super::TxError;
+use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
 
 /// Why a frame could not be checksummed or segmented in software.
@@ -662,6 +664,171 @@ impl Segmenter {
     }
 }
 
+/// How many frames [`Segmenter::segment`] makes of `frame` (1 for a frame
+/// without GSO), from its parsed headers; nothing is copied.
+///
+/// # Errors
+/// As [`Segmenter::segment`], for the header checks (not for the scratch
+/// size).
+pub fn segment_count(hdr: &VirtioNetHdr, frame: &[u8]) -> Result<usize, OffloadError> {
+    let kind = hdr.gso_type & !net_hdr::GSO_ECN;
+    let size = usize::from(hdr.gso_size);
+    match kind {
+        net_hdr::GSO_NONE => Ok(1),
+        net_hdr::GSO_TCPV4 | net_hdr::GSO_TCPV6 | net_hdr::GSO_UDP_L4 => {
+            if size == 0 {
+                return Err(OffloadError::GsoSize(0));
+            }
+            let lay = parse(frame)?;
+            Ok((frame.len() - lay.payload).div_ceil(size).max(1))
+        }
+        net_hdr::GSO_UDP => {
+            let lay = parse(frame)?;
+            let dgram = frame.len() - lay.l4;
+            if dgram <= size {
+                return Ok(1);
+            }
+            match size & !7 {
+                0 => Err(OffloadError::GsoSize(hdr.gso_size)),
+                step => Ok(dgram.div_ceil(step)),
+            }
+        }
+        _ => Err(OffloadError::GsoType(hdr.gso_type)),
+    }
+}
+
+// ===== offload policy helpers for uplinks and destinations =====
+
+/// Whether a frame with header `hdr` may be handed as is to a consumer that
+/// accepts the offloads `accepted` (driver-side `GUEST_*` feature bits,
+/// [`crate::device::bits`]).
+pub fn fits(hdr: &VirtioNetHdr, accepted: u64) -> bool {
+    if hdr.needs_csum() && accepted & bits::GUEST_CSUM == 0 {
+        return false;
+    }
+    if hdr.gso_type & net_hdr::GSO_ECN != 0 && accepted & bits::GUEST_ECN == 0 {
+        return false;
+    }
+    let need = match hdr.gso_type & !net_hdr::GSO_ECN {
+        net_hdr::GSO_NONE => 0,
+        net_hdr::GSO_TCPV4 => bits::GUEST_TSO4,
+        net_hdr::GSO_TCPV6 => bits::GUEST_TSO6,
+        net_hdr::GSO_UDP => bits::GUEST_UFO,
+        // No GUEST_USO bits in this device.
+        _ => return false,
+    };
+    accepted & need == need
+}
+
+/// Lends `frame` to `f` with a header that uses only the offloads in
+/// `accepted` (`GUEST_*` bits): as is when it [`fits`]; with its partial
+/// checksum completed in place when that is all it needs; otherwise as the
+/// segments [`Segmenter::segment`] makes. Returns the number of frames lent.
+///
+/// Without `GUEST_CSUM` in `accepted`, lent headers carry no flags at all
+/// (virtio 1.x 5.1.6.3: the device sets `flags` to zero then); with it,
+/// frames completed here are marked `F_DATA_VALID`.
+///
+/// Hot path: no allocation (segments are built in `seg`'s scratch buffer).
+///
+/// # Errors
+/// The frame needed software work and is malformed ([`OffloadError`]);
+/// nothing was lent.
+pub fn lend_within(
+    hdr: &VirtioNetHdr,
+    frame: &mut [u8],
+    accepted: u64,
+    seg: &mut Segmenter,
+    f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
+) -> Result<usize, OffloadError> {
+    let mut hdr = *hdr;
+    hdr.num_buffers = 0;
+    let csum_ok = accepted & bits::GUEST_CSUM != 0;
+    if !csum_ok {
+        hdr.flags &= !net_hdr::F_DATA_VALID;
+    }
+    if fits(&hdr, accepted) {
+        f(&hdr, frame);
+        return Ok(1);
+    }
+    let plain = VirtioNetHdr {
+        flags: if csum_ok { net_hdr::F_DATA_VALID } else { 0 },
+        ..VirtioNetHdr::default()
+    };
+    if !hdr.is_gso() {
+        complete_checksum(&hdr, frame)?;
+        f(&plain, frame);
+        return Ok(1);
+    }
+    seg.segment(&hdr, frame, &mut |s| {
+        f(&plain, s);
+        true
+    })
+}
+
+/// Most segments the kernel takes in one USO super-frame
+/// (`UDP_MAX_SEGMENTS`).
+const UDP_MAX_SEGMENTS: usize = 64;
+
+/// Checks a header to transmit through a Linux packet socket or TAP device
+/// the way the kernel's `virtio_net_hdr_to_skb` will, and returns the header
+/// to hand over: `num_buffers` and every flag but `F_NEEDS_CSUM` cleared,
+/// the checksum fields zeroed without it, `hdr_len` (a hint) clamped to the
+/// frame.
+///
+/// # Errors
+/// [`TxError::Offload`] for what the kernel would refuse: an unknown GSO
+/// type; GSO without `F_NEEDS_CSUM` (virtio 1.x 5.1.6.2 requires it) or with
+/// `gso_size` 0; ECN with USO; a checksum field outside the frame; a TCP
+/// checksum offset other than 16 or a USO one other than 6; more than 64
+/// USO segments.
+pub fn kernel_tx_header(hdr: &VirtioNetHdr, len: usize) -> Result<VirtioNetHdr, TxError> {
+    let mut h = *hdr;
+    h.num_buffers = 0;
+    h.flags &= net_hdr::F_NEEDS_CSUM;
+    let kind = h.gso_type & !net_hdr::GSO_ECN;
+    let thlen = match kind {
+        net_hdr::GSO_NONE => 0,
+        net_hdr::GSO_TCPV4 | net_hdr::GSO_TCPV6 => TCP_MIN_HLEN,
+        net_hdr::GSO_UDP | net_hdr::GSO_UDP_L4 => UDP_HLEN,
+        _ => return Err(TxError::Offload),
+    };
+    if kind != net_hdr::GSO_NONE {
+        if h.gso_size == 0 || !h.needs_csum() {
+            return Err(TxError::Offload);
+        }
+        if kind == net_hdr::GSO_UDP_L4 && h.gso_type & net_hdr::GSO_ECN != 0 {
+            return Err(TxError::Offload);
+        }
+    }
+    if h.needs_csum() {
+        let start = usize::from(h.csum_start);
+        let off = usize::from(h.csum_offset);
+        if start + thlen.max(off + 2) > len {
+            return Err(TxError::Offload);
+        }
+        match kind {
+            net_hdr::GSO_TCPV4 | net_hdr::GSO_TCPV6 if off != 16 => return Err(TxError::Offload),
+            net_hdr::GSO_UDP_L4 => {
+                let payload = len - start - UDP_HLEN;
+                if off != 6 || payload > usize::from(h.gso_size) * UDP_MAX_SEGMENTS {
+                    return Err(TxError::Offload);
+                }
+            }
+            _ => {}
+        }
+    } else {
+        h.csum_start = 0;
+        h.csum_offset = 0;
+    }
+    if usize::from(h.hdr_len) > len {
+        // Invariant: callers pass frames of at most 64 KiB + headers; a
+        // longer one keeps its hint saturated.
+        h.hdr_len = u16::try_from(len).unwrap_or(u16::MAX);
+    }
+    Ok(h)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -913,6 +1080,7 @@ mod tests {
             true
         })?;
         assert_eq!(n, v.len());
+        assert_eq!(segment_count(&b.hdr, &b.frame), Ok(n), "segment_count");
         Ok(v)
     }
 
@@ -1171,8 +1339,7 @@ mod tests {
             assert!(frag);
             assert_eq!(s[..l3], b.frame[..l3]);
             let more = i + 1 != segs.len();
-            let data_off;
-            if v6 {
+            let data_off = if v6 {
                 // Fragment header right before the UDP data.
                 let fh = l4;
                 assert_eq!(s[fh], IPPROTO_UDP);
@@ -1181,15 +1348,15 @@ mod tests {
                 assert_eq!(fo & 1 == 1, more);
                 let id = get_u32(s, fh + 4);
                 assert_eq!(*ident.get_or_insert(id), id);
-                data_off = fh + 8;
+                fh + 8
             } else {
                 let fo = get_u16(s, l3 + 6);
                 assert_eq!(usize::from(fo & 0x1fff) * 8, i * step);
                 assert_eq!(fo & IPV4_MF != 0, more);
                 assert_eq!(fo & IPV4_DF, 0);
                 assert_eq!(get_u16(s, l3 + 4), 0x1234);
-                data_off = l4;
-            }
+                l4
+            };
             if more {
                 assert_eq!(s.len() - data_off, step);
             }
@@ -1391,11 +1558,171 @@ mod tests {
             );
             let _ = complete_checksum(&hdr, f);
             let mut total = 0usize;
-            let _ = seg.segment(&hdr, f, &mut |s| {
+            let r = seg.segment(&hdr, f, &mut |s| {
                 total += s.len();
                 assert!(s.len() <= Segmenter::DEFAULT_CAPACITY);
                 true
             });
+            if let Ok(n) = r {
+                assert_eq!(segment_count(&hdr, f), Ok(n));
+            }
         }
+    }
+    #[test]
+    fn fits_policy() {
+        use crate::device::bits;
+        let all = bits::GUEST_CSUM | bits::GUEST_TSO4 | bits::GUEST_TSO6 | bits::GUEST_ECN;
+        let tso = VirtioNetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            gso_size: 1448,
+            ..Default::default()
+        };
+        assert!(fits(&tso, all));
+        assert!(!fits(&tso, bits::GUEST_CSUM));
+        assert!(!fits(&tso, 0));
+        let ecn = VirtioNetHdr {
+            gso_type: GSO_TCPV4 | GSO_ECN,
+            ..tso
+        };
+        assert!(!fits(&ecn, all & !bits::GUEST_ECN));
+        let uso = VirtioNetHdr {
+            gso_type: GSO_UDP_L4,
+            ..tso
+        };
+        assert!(!fits(&uso, all | bits::GUEST_UFO));
+        let valid = VirtioNetHdr {
+            flags: crate::net_hdr::F_DATA_VALID,
+            ..Default::default()
+        };
+        assert!(fits(&valid, 0));
+    }
+
+    #[test]
+    fn lend_within_falls_back_to_software() {
+        use crate::device::bits;
+        let mut seg = Segmenter::new();
+        // A TSO frame for a consumer without TSO: segments, plain headers.
+        let mut b = tcp_frame(false, &[], 0x18, 5000, 1448);
+        let mut got = Vec::new();
+        let n = lend_within(
+            &b.hdr,
+            &mut b.frame,
+            bits::GUEST_CSUM,
+            &mut seg,
+            &mut |h, s| {
+                got.push((*h, s.to_vec()));
+            },
+        )
+        .unwrap();
+        assert_eq!(n, 4);
+        for (h, s) in &got {
+            assert_eq!(h.flags, crate::net_hdr::F_DATA_VALID);
+            assert_eq!(h.gso_type, GSO_NONE);
+            verify(s);
+        }
+        // A partial checksum for a consumer without GUEST_CSUM: completed
+        // in place, no flags.
+        let mut b = udp_frame(true, &[], &[], 100, GSO_NONE, 0);
+        let mut got = Vec::new();
+        lend_within(&b.hdr, &mut b.frame, 0, &mut seg, &mut |h, s| {
+            got.push((*h, s.to_vec()));
+        })
+        .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, VirtioNetHdr::default());
+        verify(&got[0].1);
+        assert_eq!(got[0].1, b.frame, "completed in place");
+        // Passed through as is when accepted (num_buffers cleared).
+        let mut b = tcp_frame(false, &[], 0x18, 5000, 1448);
+        b.hdr.num_buffers = 3;
+        let all = bits::GUEST_CSUM | bits::GUEST_TSO4;
+        let mut got = Vec::new();
+        lend_within(&b.hdr, &mut b.frame.clone(), all, &mut seg, &mut |h, s| {
+            got.push((*h, s.len()));
+        })
+        .unwrap();
+        assert_eq!(
+            got,
+            [(
+                VirtioNetHdr {
+                    num_buffers: 0,
+                    ..b.hdr
+                },
+                b.frame.len()
+            )]
+        );
+        // Malformed: an error, nothing lent.
+        let mut short = vec![0u8; 20];
+        let r = lend_within(&b.hdr, &mut short, 0, &mut seg, &mut |_, _| panic!("lent"));
+        assert_eq!(r, Err(OffloadError::NotIp));
+    }
+
+    #[test]
+    fn kernel_tx_header_checks() {
+        let tso = VirtioNetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 66,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+            num_buffers: 7,
+        };
+        let ok = kernel_tx_header(&tso, 3000).unwrap();
+        assert_eq!(ok.num_buffers, 0);
+        let bad = |h: VirtioNetHdr, len| kernel_tx_header(&h, len) == Err(TxError::Offload);
+        assert!(bad(VirtioNetHdr { gso_size: 0, ..tso }, 3000));
+        assert!(bad(VirtioNetHdr { flags: 0, ..tso }, 3000));
+        assert!(bad(VirtioNetHdr { gso_type: 2, ..tso }, 3000));
+        assert!(bad(
+            VirtioNetHdr {
+                csum_offset: 6,
+                ..tso
+            },
+            3000
+        ));
+        assert!(bad(tso, 40));
+        // hdr_len is clamped, not refused.
+        let h = kernel_tx_header(
+            &VirtioNetHdr {
+                hdr_len: 9000,
+                ..tso
+            },
+            3000,
+        )
+        .unwrap();
+        assert_eq!(h.hdr_len, 3000);
+        let uso = VirtioNetHdr {
+            gso_type: GSO_UDP_L4,
+            csum_offset: 6,
+            gso_size: 100,
+            ..tso
+        };
+        assert!(kernel_tx_header(&uso, 34 + 8 + 6400).is_ok());
+        assert!(bad(uso, 34 + 8 + 6401));
+        assert!(bad(
+            VirtioNetHdr {
+                gso_type: GSO_UDP_L4 | GSO_ECN,
+                ..uso
+            },
+            1000
+        ));
+        let ufo = VirtioNetHdr {
+            gso_type: GSO_UDP,
+            csum_offset: 6,
+            ..tso
+        };
+        assert!(kernel_tx_header(&ufo, 3000).is_ok());
+        // Plain frames: flags other than NEEDS_CSUM are dropped.
+        let plain = VirtioNetHdr {
+            flags: crate::net_hdr::F_DATA_VALID,
+            csum_start: 5,
+            ..Default::default()
+        };
+        assert_eq!(
+            kernel_tx_header(&plain, 60).unwrap(),
+            VirtioNetHdr::default()
+        );
     }
 }

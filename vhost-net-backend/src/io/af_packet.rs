@@ -1,0 +1,1259 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! AF_PACKET uplink: one packet socket bound to one interface, with mmap'd
+//! TPACKET_V3 receive and transmit rings and virtio-net headers
+//! (`PACKET_VNET_HDR`), so checksum and segmentation offloads travel between
+//! the guests and the kernel as they are.
+//!
+//! # Contracts
+//!
+//! * **Receive** ([`Uplink::rx_burst`]): no syscall. The kernel fills ring
+//!   blocks and hands each one over (`TP_STATUS_USER`) when it is full or
+//!   after [`RxRingConfig::block_timeout_ms`]; frames are lent straight
+//!   from the block, which goes back to the kernel as soon as its last
+//!   frame was lent. A frame whose 802.1Q/802.1ad tag the kernel moved into
+//!   metadata gets it back in place (in the ring, no copy), with the
+//!   header's `csum_start` and `hdr_len` moved by 4 bytes.
+//! * **Offload metadata on receive** comes from the 10-byte header the
+//!   kernel writes at `tp_mac - 10` (always 10 bytes, even with a 12-byte
+//!   socket header size): `F_NEEDS_CSUM` for partial checksums
+//!   (`TP_STATUS_CSUMNOTREADY`), `F_DATA_VALID` for validated ones and
+//!   `GSO_TCPV4`/`GSO_TCPV6` (+`GSO_ECN`) for super-frames. Frames carry
+//!   only what [`Uplink::offloads`]`().rx` announces; anything else (a
+//!   `GSO_UDP_L4` super-frame, or every offload when
+//!   [`AfPacketConfig::vnet_hdr`] is off) is completed in place or
+//!   segmented in software ([`offload`]) before it is lent. Segments count
+//!   against `max` one by one: a super-frame whose segments would not fit
+//!   in what is left of `max` waits for the next burst (only a super-frame
+//!   alone in a burst may yield more than `max` frames).
+//! * **Transmit** ([`Uplink::tx_push`]): the frame is copied once into a TX
+//!   ring slot after its virtio-net header (12 bytes with
+//!   `PACKET_VNET_HDR_SZ`, Linux >= 6.2; 10 before), and the slot is marked
+//!   `TP_STATUS_SEND_REQUEST`. [`Uplink::tx_flush`] makes one
+//!   `send(fd, NULL, 0, MSG_DONTWAIT)` for all queued slots; the kernel
+//!   returns each slot (`TP_STATUS_AVAILABLE`) when its skb is freed. When
+//!   no slot is free, `tx_push` flushes once and then reports
+//!   [`TxError::Full`]. A frame the qdisc or driver drops (`ENOBUFS`) is
+//!   dropped for good rather than retried, so it cannot block the ring.
+//! * **Offloads on transmit**: partial checksums and `GSO_TCPV4`,
+//!   `GSO_TCPV6`, `GSO_UDP` (UFO) and `GSO_UDP_L4` (USO) super-frames are
+//!   handed to the kernel, which completes or segments them (in software if
+//!   the interface cannot, except on the qdisc-bypass path: see
+//!   [`AfPacketConfig::qdisc_bypass`]). Verified on Linux 6.18 over veth
+//!   for all five, and for `GSO_ECN`. Headers are checked first against what the
+//!   kernel's `virtio_net_hdr_to_skb` would refuse (unknown type, GSO
+//!   without `F_NEEDS_CSUM` or with `gso_size` 0, checksum field outside the
+//!   frame or at the wrong offset, more than 64 USO segments): such frames
+//!   get [`TxError::Offload`]. The socket runs with `PACKET_LOSS`, so a
+//!   frame the kernel still refuses is skipped instead of blocking the
+//!   ring; the kernel does not say which, so such refusals are counted as
+//!   one `tx_dropped` per flush in which they happen.
+//! * The socket ignores its own transmissions (`PACKET_IGNORE_OUTGOING`),
+//!   joins the interface's promiscuous membership (so frames for the
+//!   guests' MACs arrive) and may bypass the qdisc layer
+//!   (`PACKET_QDISC_BYPASS`) and join a `PACKET_FANOUT` group to spread one
+//!   interface over several sockets.
+//!
+//! * **Counters**: `rx_dropped` counts frames truncated by the ring,
+//!   malformed ones the software fallback refused, and the kernel's own
+//!   drops (ring full), read from `PACKET_STATISTICS` when a block comes
+//!   with `TP_STATUS_LOSING`. `tx_dropped` counts frames refused with
+//!   [`TxError::TooLarge`] or [`TxError::Offload`] and frames the kernel
+//!   dropped; [`TxError::Full`] is not a drop (the caller may retry).
+//!
+//! Hot path: no allocation, no lock, at most one syscall per burst per
+//! direction (plus one `PACKET_STATISTICS` read when the kernel flags a
+//! block with `TP_STATUS_LOSING`; and under back-pressure each `tx_push`
+//! that finds the ring full flushes once before reporting `Full`).
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::mem::{offset_of, size_of};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::offload::{self, Segmenter};
+use super::{TxError, Uplink, UplinkCounters, UplinkOffloads};
+use crate::device::bits;
+use crate::net_hdr::{self, VirtioNetHdr};
+use crate::queue::{copy_frame, FrameSource};
+
+/// `SO_SNDBUFFORCE` where the generic socket option numbers apply.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64",
+    target_arch = "loongarch64"
+))]
+const SO_SNDBUFFORCE: libc::c_int = 32;
+/// `TxRing::lens` marker of a slot dropped by [`Uplink::tx_flush`].
+const DROPPED: u32 = u32::MAX;
+/// Smallest RX block: a 64 KiB super-frame plus headers must fit in one.
+pub const MIN_RX_BLOCK_SIZE: u32 = 128 * 1024;
+/// Size of `struct tpacket3_hdr`, which the kernel aligns to 48 bytes; frame
+/// data of TX slots starts right after it.
+const TPACKET3_HDR: usize = 48;
+/// Offset of `block_status` in a `struct tpacket_block_desc`.
+const BLOCK_STATUS_OFF: usize = 8;
+/// Start of the part of an RX block we read and write while we own it (from
+/// `num_pkts` on): the kernel may still read `block_status` meanwhile.
+const BLOCK_BODY_OFF: usize = BLOCK_STATUS_OFF + 4;
+/// The `virtio_net_hdr` the kernel writes before each received frame.
+const RX_VNET_LEN: usize = 10;
+/// A frame's VLAN tag.
+const VLAN_HLEN: usize = 4;
+/// Ethernet destination + source address.
+const ETH_ALEN2: usize = 12;
+/// The 802.1Q tag protocol identifier.
+const ETH_P_8021Q: u16 = 0x8100;
+
+/// How a fanout group spreads frames over its sockets (`PACKET_FANOUT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FanoutMode {
+    /// By flow hash (`PACKET_FANOUT_HASH`): a flow stays on one socket.
+    Hash,
+    /// Round robin (`PACKET_FANOUT_LB`).
+    LoadBalance,
+    /// By receiving CPU (`PACKET_FANOUT_CPU`).
+    Cpu,
+    /// Fill one socket, then the next (`PACKET_FANOUT_ROLLOVER`).
+    Rollover,
+    /// Random (`PACKET_FANOUT_RND`).
+    Random,
+    /// By the NIC's RX queue (`PACKET_FANOUT_QM`).
+    QueueMapping,
+}
+
+impl FanoutMode {
+    const fn raw(self) -> u32 {
+        match self {
+            FanoutMode::Hash => libc::PACKET_FANOUT_HASH,
+            FanoutMode::LoadBalance => libc::PACKET_FANOUT_LB,
+            FanoutMode::Cpu => libc::PACKET_FANOUT_CPU,
+            FanoutMode::Rollover => libc::PACKET_FANOUT_ROLLOVER,
+            FanoutMode::Random => libc::PACKET_FANOUT_RND,
+            FanoutMode::QueueMapping => libc::PACKET_FANOUT_QM,
+        }
+    }
+}
+
+/// Geometry of the TPACKET_V3 receive ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxRingConfig {
+    /// Bytes per block: a multiple of the page size, at least
+    /// [`MIN_RX_BLOCK_SIZE`] (a 64 KiB GSO frame and its headers must fit in
+    /// one block, or it is truncated and dropped).
+    pub block_size: u32,
+    /// Number of blocks.
+    pub block_count: u32,
+    /// Milliseconds after which the kernel hands over a block that is not
+    /// full (`tp_retire_blk_tov`): the worst-case added latency at low
+    /// rates. 0 lets the kernel choose (several ms).
+    pub block_timeout_ms: u32,
+}
+
+impl Default for RxRingConfig {
+    /// 16 blocks of 256 KiB (4 MiB), 1 ms timeout.
+    fn default() -> Self {
+        Self {
+            block_size: 256 * 1024,
+            block_count: 16,
+            block_timeout_ms: 1,
+        }
+    }
+}
+
+/// Geometry of the transmit ring (fixed-size slots, TPACKET_V3 layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxRingConfig {
+    /// Bytes per block: a multiple of the page size; it holds
+    /// `block_size / frame_size` slots.
+    pub block_size: u32,
+    /// Number of blocks.
+    pub block_count: u32,
+    /// Bytes per slot: a multiple of the page size (so that a 64 KiB frame
+    /// never spans more pages than an skb has fragments). A slot holds a
+    /// 48-byte slot header, the virtio-net header and the frame.
+    pub frame_size: u32,
+}
+
+impl Default for TxRingConfig {
+    /// 4 blocks of 1 MiB, 15 slots of 68 KiB each (60 slots, each taking
+    /// a 64 KiB super-frame).
+    fn default() -> Self {
+        Self {
+            block_size: 1024 * 1024,
+            block_count: 4,
+            frame_size: 68 * 1024,
+        }
+    }
+}
+
+/// How to open an [`AfPacket`] uplink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AfPacketConfig {
+    /// Carry offloads (partial checksums, TSO/UFO/USO super-frames) to and
+    /// from the kernel. When false the uplink announces no offloads: frames
+    /// to transmit must be complete ([`TxError::Offload`] otherwise), and
+    /// received partial checksums and super-frames are completed and
+    /// segmented in software before they are lent. (The socket takes the
+    /// kernel's virtio-net header either way: it is what identifies them.)
+    pub vnet_hdr: bool,
+    /// Bypass the qdisc layer on transmit (`PACKET_QDISC_BYPASS`): faster,
+    /// but frames the driver cannot queue are dropped instead of waiting,
+    /// and the kernel cannot segment in software on this path: super-frames
+    /// reach only interfaces that segment them themselves (veth does; check
+    /// `ethtool -k` for others) and are dropped otherwise (counted in
+    /// `tx_dropped`). Off by default.
+    pub qdisc_bypass: bool,
+    /// Put the interface in promiscuous mode while the socket is open
+    /// (`PACKET_MR_PROMISC` membership), so frames for the guests' MAC
+    /// addresses are received.
+    pub promiscuous: bool,
+    /// Join fanout group `.0` (per network namespace) with mode `.1`.
+    pub fanout: Option<(u16, FanoutMode)>,
+    /// Receive ring.
+    pub rx_ring: RxRingConfig,
+    /// Transmit ring.
+    pub tx_ring: TxRingConfig,
+}
+
+impl Default for AfPacketConfig {
+    /// Offloads on, qdisc bypass off, promiscuous, no fanout, default rings.
+    fn default() -> Self {
+        Self {
+            vnet_hdr: true,
+            qdisc_bypass: false,
+            promiscuous: true,
+            fanout: None,
+            rx_ring: RxRingConfig::default(),
+            tx_ring: TxRingConfig::default(),
+        }
+    }
+}
+
+/// Why an [`AfPacket`] uplink could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum AfPacketError {
+    /// The name is empty, too long (max 15 bytes) or contains NUL.
+    #[error("invalid interface name {0:?} (1 to 15 bytes, no NUL)")]
+    Name(String),
+    /// No interface has this name in the caller's network namespace.
+    #[error("interface {0} not found")]
+    NotFound(String),
+    /// The caller lacks CAP_NET_RAW (or CAP_NET_ADMIN for promiscuous mode
+    /// and fanout).
+    #[error("permission denied opening a packet socket on {ifname} (needs CAP_NET_RAW and CAP_NET_ADMIN)")]
+    Permission {
+        /// The interface.
+        ifname: String,
+        /// The error of the step that was refused.
+        #[source]
+        source: io::Error,
+    },
+    /// The ring geometry is invalid.
+    #[error("invalid ring geometry for {ifname}: {reason}")]
+    Geometry {
+        /// The interface.
+        ifname: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A step of the socket or ring set-up failed.
+    #[error("cannot set up the packet socket on {ifname}: {step}")]
+    Setup {
+        /// The interface.
+        ifname: String,
+        /// The step that failed (e.g. `PACKET_RX_RING`).
+        step: &'static str,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+// ===== syscall wrappers =====
+
+/// Opens an unbound raw packet socket (protocol 0: it receives nothing
+/// until it is bound).
+fn packet_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with constant arguments; no pointers.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket() and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `setsockopt(fd, level, name, &val, sizeof val)`.
+///
+/// `T` is one of the plain C structs or integers of the packet socket API
+/// (no padding is read by the kernel beyond `size_of::<T>()`).
+fn set_opt<T: Copy>(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: &T,
+) -> io::Result<()> {
+    // SAFETY: `val` points to `size_of::<T>()` readable bytes for the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            std::ptr::from_ref(val).cast::<libc::c_void>(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads (and clears) the socket's `PACKET_STATISTICS`.
+fn packet_stats(fd: RawFd) -> io::Result<libc::tpacket_stats_v3> {
+    let mut st = libc::tpacket_stats_v3 {
+        tp_packets: 0,
+        tp_drops: 0,
+        tp_freeze_q_cnt: 0,
+    };
+    let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+    // SAFETY: `st` and `len` are valid for writes for the call, and `len`
+    // holds the size of `st`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            std::ptr::from_mut(&mut st).cast::<libc::c_void>(),
+            &raw mut len,
+        )
+    };
+    if r == 0 {
+        Ok(st)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Binds the socket to all protocols of interface `ifindex`.
+fn bind_ll(fd: &OwnedFd, ifindex: u32) -> io::Result<()> {
+    // SAFETY: an all-zero sockaddr_ll is valid.
+    let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sa.sll_family = libc::AF_PACKET as u16;
+    sa.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sa.sll_ifindex = ifindex as i32;
+    // SAFETY: `sa` is a valid sockaddr_ll and its size is passed.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            std::ptr::from_ref(&sa).cast::<libc::sockaddr>(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Asks the kernel to transmit every `TP_STATUS_SEND_REQUEST` slot, without
+/// waiting. Returns the frame bytes it accepted.
+fn send_ring(fd: RawFd) -> io::Result<usize> {
+    // SAFETY: a NULL buffer of length 0 is valid for send(); with a TX ring
+    // the kernel reads the frames from the ring instead.
+    let r = unsafe { libc::send(fd, std::ptr::null(), 0, libc::MSG_DONTWAIT) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// The index of interface `name`, or `NotFound`.
+fn if_index(name: &CString) -> io::Result<u32> {
+    // SAFETY: `name` is a valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if i == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(i)
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).unwrap_or(4096)
+}
+
+/// The rings of a packet socket, mapped into our address space
+/// (`MAP_SHARED`: the kernel writes and reads them concurrently, following
+/// the ring status protocol).
+#[derive(Debug)]
+struct Mapping {
+    ptr: NonNull<libc::c_void>,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(fd: &OwnedFd, len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh shared mapping of the socket's rings; no existing
+        // memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        Ok(Self { ptr, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe a mapping we own; no reference into
+        // it outlives the uplink (frames are lent for a call only).
+        unsafe { libc::munmap(self.ptr.as_ptr(), self.len) };
+    }
+}
+
+/// A 32-bit status word shared with the kernel.
+///
+/// # Safety
+///
+/// `p` is aligned, inside a live mapping for `'a`, and accessed by this
+/// process only through atomics.
+unsafe fn status_word<'a>(p: *mut u32) -> &'a AtomicU32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU32::from_ptr(p) }
+}
+
+// ===== native-endian header access =====
+//
+// Packet sockets exchange `virtio_net_hdr` in the host's byte order
+// (`vio_le()` is the legacy, native one), unlike virtio 1.x queues.
+
+fn ne_u16(b: &[u8], off: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(off..off + 2)?.try_into().ok()?))
+}
+
+fn ne_u32(b: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(off..off + 4)?.try_into().ok()?))
+}
+
+fn hdr_from_ne(b: &[u8; RX_VNET_LEN]) -> VirtioNetHdr {
+    let u = |i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
+    VirtioNetHdr {
+        flags: b[0],
+        gso_type: b[1],
+        hdr_len: u(2),
+        gso_size: u(4),
+        csum_start: u(6),
+        csum_offset: u(8),
+        num_buffers: 0,
+    }
+}
+
+fn hdr_to_ne(h: &VirtioNetHdr) -> [u8; net_hdr::MAX_HDR_LEN] {
+    let mut b = [0u8; net_hdr::MAX_HDR_LEN];
+    b[0] = h.flags;
+    b[1] = h.gso_type;
+    b[2..4].copy_from_slice(&h.hdr_len.to_ne_bytes());
+    b[4..6].copy_from_slice(&h.gso_size.to_ne_bytes());
+    b[6..8].copy_from_slice(&h.csum_start.to_ne_bytes());
+    b[8..10].copy_from_slice(&h.csum_offset.to_ne_bytes());
+    b
+}
+
+// ===== offload policy =====
+
+/// Offloads carried with `vnet_hdr` on.
+const TX_OFFLOADS: u64 =
+    bits::CSUM | bits::HOST_TSO4 | bits::HOST_TSO6 | bits::HOST_ECN | bits::HOST_UFO;
+const RX_OFFLOADS: u64 = bits::GUEST_CSUM | bits::GUEST_TSO4 | bits::GUEST_TSO6 | bits::GUEST_ECN;
+
+// ===== rings =====
+
+/// Where the consumer is inside a block it owns.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    /// Frames not lent yet.
+    remaining: u32,
+    /// Block offset of the next frame's `tpacket3_hdr`.
+    offset: usize,
+}
+
+#[derive(Debug)]
+struct RxRing {
+    base: NonNull<libc::c_void>,
+    block_size: usize,
+    block_count: usize,
+    /// Block to look at (or being consumed).
+    next: usize,
+    cursor: Option<Cursor>,
+}
+
+impl RxRing {
+    fn block(&self, i: usize) -> *mut libc::tpacket_block_desc {
+        debug_assert!(i < self.block_count);
+        // Invariant: i < block_count, so the block lies inside the mapping
+        // (blocks are page-aligned: the cast is aligned).
+        self.base
+            .as_ptr()
+            .wrapping_byte_add(i * self.block_size)
+            .cast::<libc::tpacket_block_desc>()
+    }
+
+    fn status(&self, i: usize) -> &AtomicU32 {
+        let b = self.block(i);
+        // SAFETY: the block descriptor lies inside the mapping, which lives
+        // as long as `self` (only its address is taken here);
+        // `block_status` is only accessed atomically.
+        unsafe { status_word(&raw mut (*b).hdr.bh1.block_status) }
+    }
+
+    /// The body of block `i` (from `num_pkts` to the end).
+    ///
+    /// # Safety
+    ///
+    /// The block is owned by user space (its status has `TP_STATUS_USER`,
+    /// read with `Acquire`), it is not handed back while the slice lives,
+    /// and no other reference to it exists.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn body<'a>(&self, i: usize) -> &'a mut [u8] {
+        // SAFETY: the range lies inside the mapping (see `block`), and the
+        // caller guarantees exclusive ownership of it.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.block(i).cast::<u8>().wrapping_add(BLOCK_BODY_OFF),
+                self.block_size - BLOCK_BODY_OFF,
+            )
+        }
+    }
+}
+
+#[derive(Debug)]
+struct TxRing {
+    base: NonNull<libc::c_void>,
+    block_size: usize,
+    frame_size: usize,
+    per_block: usize,
+    count: usize,
+    /// Next slot to fill.
+    head: usize,
+    /// Slots marked SEND_REQUEST and not yet seen processed (the ones just
+    /// before `head`).
+    unsent: usize,
+    /// Frame length (without the virtio-net header) of each slot.
+    lens: Vec<u32>,
+}
+
+impl TxRing {
+    fn slot(&self, i: usize) -> *mut libc::tpacket3_hdr {
+        debug_assert!(i < self.count);
+        // Invariant: i < count = per_block * blocks: inside the mapping
+        // (slots are page-aligned: the cast is aligned).
+        self.base
+            .as_ptr()
+            .wrapping_byte_add(
+                (i / self.per_block) * self.block_size + (i % self.per_block) * self.frame_size,
+            )
+            .cast::<libc::tpacket3_hdr>()
+    }
+
+    fn status(&self, i: usize) -> &AtomicU32 {
+        let h = self.slot(i);
+        // SAFETY: the slot header lies inside the mapping, which lives as
+        // long as `self` (only its address is taken here); `tp_status` is
+        // only accessed atomically.
+        unsafe { status_word(&raw mut (*h).tp_status) }
+    }
+
+    /// Sets a slot's `tp_len` (and `tp_next_offset`, which must be 0).
+    ///
+    /// # Safety
+    ///
+    /// The slot is not being read by the kernel: it is AVAILABLE and ours,
+    /// or SEND_REQUEST while no `send()` runs.
+    unsafe fn set_len(&self, i: usize, len: u32) {
+        let h = self.slot(i);
+        // SAFETY: the header lies inside the mapping and the caller
+        // guarantees the kernel does not access it meanwhile.
+        unsafe {
+            (&raw mut (*h).tp_len).write_volatile(len);
+            (&raw mut (*h).tp_next_offset).write_volatile(0);
+        }
+    }
+}
+
+// ===== impl AfPacket =====
+
+/// An uplink on a packet socket with mmap'd TPACKET_V3 rings.
+///
+/// See the [module documentation](self) for the contracts.
+#[derive(Debug)]
+pub struct AfPacket {
+    name: String,
+    ifname: String,
+    ifindex: u32,
+    rx: RxRing,
+    tx: TxRing,
+    /// Size of the virtio-net header in TX slots (10 or 12).
+    tx_vnet_len: usize,
+    offloads: UplinkOffloads,
+    segmenter: Segmenter,
+    counters: UplinkCounters,
+    /// Kept for its `Drop` (munmap); accessed through `rx` and `tx`.
+    #[allow(dead_code)]
+    map: Mapping,
+    fd: OwnedFd,
+}
+
+// SAFETY: the raw pointers point into `map`, which this value owns alone;
+// frames are lent only for the duration of a call on `&mut self`, so
+// moving the uplink to another thread moves all access with it.
+unsafe impl Send for AfPacket {}
+
+impl AfPacket {
+    /// Opens a packet socket on interface `ifname` (in the caller's network
+    /// namespace) and sets up its rings.
+    ///
+    /// # Errors
+    /// See [`AfPacketError`]; each names the interface.
+    pub fn open(ifname: &str, cfg: AfPacketConfig) -> Result<Self, AfPacketError> {
+        let name = ifname.to_owned();
+        if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
+            return Err(AfPacketError::Name(name));
+        }
+        let cname = CString::new(ifname).map_err(|_| AfPacketError::Name(name.clone()))?;
+        let geometry = |reason| AfPacketError::Geometry {
+            ifname: name.clone(),
+            reason,
+        };
+        let setup = |step: &'static str| {
+            let name = name.clone();
+            move |source: io::Error| match source.raw_os_error() {
+                Some(libc::EPERM | libc::EACCES) => AfPacketError::Permission {
+                    ifname: name,
+                    source,
+                },
+                _ => AfPacketError::Setup {
+                    ifname: name,
+                    step,
+                    source,
+                },
+            }
+        };
+
+        // Geometry.
+        let page = page_size();
+        let r = cfg.rx_ring;
+        let t = cfg.tx_ring;
+        let (rb, tb, tf) = (
+            r.block_size as usize,
+            t.block_size as usize,
+            t.frame_size as usize,
+        );
+        if rb < MIN_RX_BLOCK_SIZE as usize || rb % page != 0 {
+            return Err(geometry(
+                "RX block size must be a multiple of the page size and at least 128 KiB",
+            ));
+        }
+        if tb == 0 || tb % page != 0 || tf == 0 || tf % page != 0 || tf > tb {
+            return Err(geometry(
+                "TX block and frame sizes must be multiples of the page size, frame <= block",
+            ));
+        }
+        if r.block_count == 0 || t.block_count == 0 {
+            return Err(geometry("block counts must be at least 1"));
+        }
+        // RX slot size only matters for the kernel's consistency checks.
+        const RX_FRAME: u32 = 2048;
+        let rx_bytes = rb.checked_mul(r.block_count as usize);
+        let per_block = tb / tf;
+        let tx_count = per_block.checked_mul(t.block_count as usize);
+        let tx_bytes = tb.checked_mul(t.block_count as usize);
+        let (Some(rx_bytes), Some(tx_count), Some(tx_bytes)) = (rx_bytes, tx_count, tx_bytes)
+        else {
+            return Err(geometry("ring too large"));
+        };
+        let Some(total) = rx_bytes.checked_add(tx_bytes) else {
+            return Err(geometry("ring too large"));
+        };
+        let (Ok(rx_frames), Ok(tx_frames)) = (
+            u32::try_from(rb / RX_FRAME as usize * r.block_count as usize),
+            u32::try_from(tx_count),
+        ) else {
+            return Err(geometry("too many ring frames"));
+        };
+
+        let ifindex = if_index(&cname).map_err(|_| AfPacketError::NotFound(name.clone()))?;
+        let fd = packet_socket().map_err(setup("socket"))?;
+        let sol = libc::SOL_PACKET;
+        let v3 = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
+        set_opt(&fd, sol, libc::PACKET_VERSION, &v3).map_err(setup("PACKET_VERSION"))?;
+        // The header size must be set before the rings.
+        let tx_vnet_len = if set_opt(&fd, sol, libc::PACKET_VNET_HDR_SZ, &12i32).is_ok() {
+            12
+        } else {
+            set_opt(&fd, sol, libc::PACKET_VNET_HDR, &1i32).map_err(setup("PACKET_VNET_HDR"))?;
+            10
+        };
+        set_opt(&fd, sol, libc::PACKET_LOSS, &1i32).map_err(setup("PACKET_LOSS"))?;
+        if cfg.qdisc_bypass {
+            set_opt(&fd, sol, libc::PACKET_QDISC_BYPASS, &1i32)
+                .map_err(setup("PACKET_QDISC_BYPASS"))?;
+        }
+        set_opt(&fd, sol, libc::PACKET_IGNORE_OUTGOING, &1i32)
+            .map_err(setup("PACKET_IGNORE_OUTGOING"))?;
+        // Let the whole TX ring be in flight: the default send buffer holds
+        // only three 64 KiB frames. Best effort (FORCE needs CAP_NET_ADMIN;
+        // plain SO_SNDBUF is capped by net.core.wmem_max).
+        let sndbuf = i32::try_from(tx_bytes).unwrap_or(i32::MAX);
+        #[cfg(any(
+            target_arch = "x86_64",
+            target_arch = "x86",
+            target_arch = "aarch64",
+            target_arch = "arm",
+            target_arch = "riscv64",
+            target_arch = "loongarch64"
+        ))]
+        let forced = set_opt(&fd, libc::SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf).is_ok();
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            target_arch = "x86",
+            target_arch = "aarch64",
+            target_arch = "arm",
+            target_arch = "riscv64",
+            target_arch = "loongarch64"
+        )))]
+        let forced = false;
+        if !forced {
+            let _ = set_opt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &sndbuf);
+        }
+
+        let rx_req = libc::tpacket_req3 {
+            tp_block_size: r.block_size,
+            tp_block_nr: r.block_count,
+            tp_frame_size: RX_FRAME,
+            tp_frame_nr: rx_frames,
+            tp_retire_blk_tov: r.block_timeout_ms,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        set_opt(&fd, sol, libc::PACKET_RX_RING, &rx_req).map_err(setup("PACKET_RX_RING"))?;
+        let tx_req = libc::tpacket_req3 {
+            tp_block_size: t.block_size,
+            tp_block_nr: t.block_count,
+            tp_frame_size: t.frame_size,
+            tp_frame_nr: tx_frames,
+            tp_retire_blk_tov: 0,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        set_opt(&fd, sol, libc::PACKET_TX_RING, &tx_req).map_err(setup("PACKET_TX_RING"))?;
+        // RX ring first, then TX ring, in one mapping.
+        let map = Mapping::new(&fd, total).map_err(setup("mmap"))?;
+
+        bind_ll(&fd, ifindex).map_err(setup("bind"))?;
+        if cfg.promiscuous {
+            let mreq = libc::packet_mreq {
+                mr_ifindex: ifindex as i32,
+                mr_type: libc::PACKET_MR_PROMISC as u16,
+                mr_alen: 0,
+                mr_address: [0; 8],
+            };
+            set_opt(&fd, sol, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+                .map_err(setup("PACKET_ADD_MEMBERSHIP"))?;
+        }
+        if let Some((group, mode)) = cfg.fanout {
+            let arg = u32::from(group) | (mode.raw() << 16);
+            set_opt(&fd, sol, libc::PACKET_FANOUT, &arg).map_err(setup("PACKET_FANOUT"))?;
+        }
+
+        let base = map.ptr;
+        let rx = RxRing {
+            base,
+            block_size: rb,
+            block_count: r.block_count as usize,
+            next: 0,
+            cursor: None,
+        };
+        let tx = TxRing {
+            // Invariant: rx_bytes < total, so this stays inside the mapping.
+            base: NonNull::new(base.as_ptr().wrapping_byte_add(rx_bytes)).unwrap_or(base),
+            block_size: tb,
+            frame_size: tf,
+            per_block,
+            count: tx_count,
+            head: 0,
+            unsent: 0,
+            lens: vec![0; tx_count],
+        };
+        let offloads = if cfg.vnet_hdr {
+            UplinkOffloads {
+                tx: TX_OFFLOADS,
+                rx: RX_OFFLOADS,
+            }
+        } else {
+            UplinkOffloads::default()
+        };
+        Ok(Self {
+            name: format!("af_packet:{ifname}"),
+            ifname: name,
+            ifindex,
+            rx,
+            tx,
+            tx_vnet_len,
+            offloads,
+            segmenter: Segmenter::new(),
+            counters: UplinkCounters::default(),
+            map,
+            fd,
+        })
+    }
+
+    /// The interface's name.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// The interface's index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Size of the virtio-net header the socket takes on transmit: 12 where
+    /// the kernel has `PACKET_VNET_HDR_SZ` (Linux >= 6.2), 10 before.
+    pub fn tx_vnet_hdr_len(&self) -> usize {
+        self.tx_vnet_len
+    }
+
+    /// Number of transmit slots.
+    pub fn tx_slots(&self) -> usize {
+        self.tx.count
+    }
+
+    /// Largest frame `tx_push` takes (slot size minus headers).
+    pub fn max_tx_frame(&self) -> usize {
+        self.tx.frame_size - TPACKET3_HDR - self.tx_vnet_len
+    }
+
+    /// Accounts for the slots the kernel has processed since the last call
+    /// (they left `TP_STATUS_SEND_REQUEST`); returns (frames, bytes).
+    fn reap_sent(&mut self) -> (usize, u64) {
+        let (mut frames, mut bytes) = (0, 0u64);
+        while self.tx.unsent > 0 {
+            let i = (self.tx.head + self.tx.count - self.tx.unsent) % self.tx.count;
+            if self.tx.status(i).load(Ordering::Acquire) == libc::TP_STATUS_SEND_REQUEST {
+                break;
+            }
+            if self.tx.lens[i] != DROPPED {
+                frames += 1;
+                bytes += u64::from(self.tx.lens[i]);
+            }
+            self.tx.unsent -= 1;
+        }
+        (frames, bytes)
+    }
+}
+
+/// Puts back a VLAN tag the kernel moved from the frame at `body[start..]`
+/// into metadata: the MAC addresses move 4 bytes into the headroom before
+/// the frame (where the already-read virtio-net header was) and the tag
+/// follows them. Offsets in `hdr` move along. Returns the new start.
+///
+/// The caller checked that `start >= 48 + 10` (headroom) and that the frame
+/// has at least 12 bytes.
+fn restore_vlan_tag(
+    body: &mut [u8],
+    start: usize,
+    tpid: u16,
+    tci: u16,
+    hdr: &mut VirtioNetHdr,
+) -> usize {
+    let begin = start - VLAN_HLEN;
+    body.copy_within(start..start + ETH_ALEN2, begin);
+    let tag = begin + ETH_ALEN2;
+    body[tag..tag + 2].copy_from_slice(&tpid.to_be_bytes());
+    body[tag + 2..tag + 4].copy_from_slice(&tci.to_be_bytes());
+    if hdr.needs_csum() {
+        hdr.csum_start = hdr.csum_start.saturating_add(VLAN_HLEN as u16);
+    }
+    if hdr.hdr_len != 0 {
+        hdr.hdr_len = hdr.hdr_len.saturating_add(VLAN_HLEN as u16);
+    }
+    begin
+}
+
+impl Uplink for AfPacket {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Hot path: no syscall (one `PACKET_STATISTICS` read when the kernel
+    /// reports losses), no allocation.
+    fn rx_burst(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
+    ) -> io::Result<usize> {
+        let (mut lent, mut dropped, mut bytes) = (0usize, 0u64, 0u64);
+        let rx_offloads = self.offloads.rx;
+        let block_size = self.rx.block_size;
+        while lent < max {
+            let bi = self.rx.next;
+            let status = self.rx.status(bi).load(Ordering::Acquire);
+            if status & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            // SAFETY: the block is ours (TP_STATUS_USER, read with Acquire
+            // just above), it goes back to the kernel only after `body` is
+            // last used below, and nothing else refers to it.
+            let body = unsafe { self.rx.body(bi) };
+            // Block offsets -> body indices.
+            let at = |off: usize| off - BLOCK_BODY_OFF;
+            let (mut remaining, mut off) = match self.rx.cursor {
+                Some(c) => (c.remaining, c.offset),
+                None => {
+                    if status & libc::TP_STATUS_LOSING != 0 {
+                        if let Ok(st) = packet_stats(self.fd.as_raw_fd()) {
+                            dropped += u64::from(st.tp_drops);
+                        }
+                    }
+                    let n = ne_u32(body, at(12)).unwrap_or(0);
+                    let first = ne_u32(body, at(16)).unwrap_or(0) as usize;
+                    (n, first)
+                }
+            };
+            // Set when the next frame's software segments would exceed
+            // `max`: it stays in the ring for the next burst.
+            let mut full = false;
+            while remaining > 0 && lent < max {
+                // A frame's header must lie after the block descriptor.
+                if off < 48 {
+                    dropped += u64::from(remaining);
+                    remaining = 0;
+                    break;
+                }
+                let h = at(off);
+                let (Some(next), Some(snaplen), Some(len), Some(st), Some(mac)) = (
+                    ne_u32(body, h + offset_of!(libc::tpacket3_hdr, tp_next_offset)),
+                    ne_u32(body, h + offset_of!(libc::tpacket3_hdr, tp_snaplen)),
+                    ne_u32(body, h + offset_of!(libc::tpacket3_hdr, tp_len)),
+                    ne_u32(body, h + offset_of!(libc::tpacket3_hdr, tp_status)),
+                    ne_u16(body, h + offset_of!(libc::tpacket3_hdr, tp_mac)),
+                ) else {
+                    dropped += u64::from(remaining);
+                    remaining = 0;
+                    break;
+                };
+                let (snaplen, mac) = (snaplen as usize, usize::from(mac));
+                let start = h + mac;
+                // Complete (not truncated by the block) and consistent.
+                let whole = mac >= TPACKET3_HDR + RX_VNET_LEN
+                    && start + snaplen <= body.len()
+                    && snaplen == len as usize;
+                let mut hdr = VirtioNetHdr::default();
+                if whole {
+                    let mut vh = [0u8; RX_VNET_LEN];
+                    vh.copy_from_slice(&body[start - RX_VNET_LEN..start]);
+                    hdr = hdr_from_ne(&vh);
+                    // A frame segmented here counts as its segments.
+                    if lent > 0 && hdr.is_gso() && !offload::fits(&hdr, rx_offloads) {
+                        let frame = &body[start..start + snaplen];
+                        let n = offload::segment_count(&hdr, frame).unwrap_or(1);
+                        if lent + n > max {
+                            full = true;
+                            break;
+                        }
+                    }
+                }
+                remaining -= 1;
+                let mut begin = start;
+                let mut ok = whole;
+                if ok && st & libc::TP_STATUS_VLAN_VALID != 0 {
+                    let hv1 = h + offset_of!(libc::tpacket3_hdr, hv1);
+                    let tci = ne_u32(
+                        body,
+                        hv1 + offset_of!(libc::tpacket_hdr_variant1, tp_vlan_tci),
+                    );
+                    let tpid = match st & libc::TP_STATUS_VLAN_TPID_VALID {
+                        0 => None,
+                        _ => ne_u16(
+                            body,
+                            hv1 + offset_of!(libc::tpacket_hdr_variant1, tp_vlan_tpid),
+                        ),
+                    };
+                    ok = snaplen >= ETH_ALEN2;
+                    if ok {
+                        let (tpid, tci) = (tpid.unwrap_or(ETH_P_8021Q), tci.unwrap_or(0) as u16);
+                        begin = restore_vlan_tag(body, start, tpid, tci, &mut hdr);
+                    }
+                }
+                let delivered = if ok {
+                    offload::lend_within(
+                        &hdr,
+                        &mut body[begin..start + snaplen],
+                        rx_offloads,
+                        &mut self.segmenter,
+                        &mut |h, frame| {
+                            bytes += frame.len() as u64;
+                            f(h, frame);
+                        },
+                    )
+                    .ok()
+                } else {
+                    None
+                };
+                match delivered {
+                    Some(n) => lent += n,
+                    None => dropped += 1,
+                }
+                if remaining > 0 {
+                    let next = next as usize;
+                    if next == 0 || off + next + TPACKET3_HDR > block_size {
+                        dropped += u64::from(remaining);
+                        remaining = 0;
+                    } else {
+                        off += next;
+                    }
+                }
+            }
+            if remaining == 0 {
+                self.rx.cursor = None;
+                self.rx
+                    .status(bi)
+                    .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                self.rx.next = (bi + 1) % self.rx.block_count;
+            } else {
+                self.rx.cursor = Some(Cursor {
+                    remaining,
+                    offset: off,
+                });
+            }
+            if full {
+                break;
+            }
+        }
+        self.counters.rx_packets += lent as u64;
+        self.counters.rx_bytes += bytes;
+        self.counters.rx_dropped += dropped;
+        Ok(lent)
+    }
+
+    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), TxError> {
+        let len = frame.frame_len();
+        if len > self.max_tx_frame() {
+            self.counters.tx_dropped += 1;
+            return Err(TxError::TooLarge);
+        }
+        let hdr = if self.offloads.tx != 0 {
+            offload::kernel_tx_header(hdr, len)
+        } else if hdr.is_gso() || hdr.needs_csum() {
+            Err(TxError::Offload)
+        } else {
+            Ok(VirtioNetHdr::default())
+        };
+        let hdr = match hdr {
+            Ok(h) => h,
+            Err(e) => {
+                self.counters.tx_dropped += 1;
+                return Err(e);
+            }
+        };
+        let i = self.tx.head;
+        if self.tx.status(i).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
+            // Out of slots: hand the queued ones over, then look again. An
+            // error here shows again at the caller's next tx_flush.
+            if self.tx.unsent > 0 {
+                let _ = self.tx_flush();
+            }
+            if self.tx.status(i).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
+                return Err(TxError::Full);
+            }
+        }
+        let slot = self.tx.slot(i);
+        let vlen = self.tx_vnet_len;
+        // SAFETY: the slot is ours (TP_STATUS_AVAILABLE, read with Acquire);
+        // the data area starts after the 48-byte slot header, so it does not
+        // overlap `tp_status`, and `frame_size - 48 >= vlen + len` (checked
+        // above) bytes of it lie inside the mapping.
+        let data = unsafe {
+            std::slice::from_raw_parts_mut(
+                slot.cast::<u8>().wrapping_add(TPACKET3_HDR),
+                self.tx.frame_size - TPACKET3_HDR,
+            )
+        };
+        data[..vlen].copy_from_slice(&hdr_to_ne(&hdr)[..vlen]);
+        let copied = copy_frame(frame, &mut data[vlen..vlen + len]);
+        debug_assert_eq!(copied, len);
+        let tp_len = (vlen + len) as u32;
+        // SAFETY: the slot is ours (AVAILABLE); the kernel reads it only
+        // after the Release store of the status below.
+        unsafe { self.tx.set_len(i, tp_len) };
+        self.tx.lens[i] = len as u32;
+        self.tx
+            .status(i)
+            .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+        self.tx.head = (i + 1) % self.tx.count;
+        self.tx.unsent += 1;
+        Ok(())
+    }
+
+    /// One `send(MSG_DONTWAIT)` when frames are queued; none otherwise.
+    /// `EAGAIN` (send buffer full) leaves the frames queued for the next
+    /// flush. `ENOBUFS` (the qdisc or, with qdisc bypass, the driver dropped
+    /// a frame) drops that frame, counted in `tx_dropped`; the frames queued
+    /// behind it go at the next flush. Neither is an error.
+    fn tx_flush(&mut self) -> io::Result<()> {
+        if self.tx.unsent == 0 {
+            return Ok(());
+        }
+        let res = send_ring(self.fd.as_raw_fd());
+        let (frames, bytes) = self.reap_sent();
+        if matches!(&res, Err(e) if e.raw_os_error() == Some(libc::ENOBUFS)) && self.tx.unsent > 0 {
+            // The kernel dropped the oldest queued frame (driver or qdisc
+            // full; or, with qdisc bypass, a super-frame the device cannot
+            // segment) but put it back as SEND_REQUEST, to be retried at
+            // every send: a frame that can never go would block the ring.
+            // Drop it for good: with a length shorter than its virtio-net
+            // header, the next send skips it (PACKET_LOSS).
+            let i = (self.tx.head + self.tx.count - self.tx.unsent) % self.tx.count;
+            // SAFETY: the slot is SEND_REQUEST and no send() is running (we
+            // hold `&mut self`, and the kernel reads TX slots only inside
+            // send(), which has returned).
+            unsafe { self.tx.set_len(i, 0) };
+            self.tx.lens[i] = DROPPED;
+            self.counters.tx_dropped += 1;
+        }
+        let accepted = match &res {
+            Ok(n) => *n as u64,
+            Err(_) => bytes,
+        };
+        // PACKET_LOSS skips frames the kernel refuses; only the byte count
+        // tells that it happened.
+        let refused = u64::from(accepted < bytes && frames > 0);
+        self.counters.tx_packets += frames as u64 - refused;
+        self.counters.tx_bytes += accepted.min(bytes);
+        self.counters.tx_dropped += refused;
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn rx_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    fn offloads(&self) -> UplinkOffloads {
+        self.offloads
+    }
+
+    fn counters(&self) -> UplinkCounters {
+        self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net_hdr::{F_NEEDS_CSUM, GSO_ECN, GSO_TCPV4};
+
+    #[test]
+    fn layout_matches_the_kernel() {
+        assert_eq!(size_of::<libc::tpacket3_hdr>(), TPACKET3_HDR);
+        assert_eq!(offset_of!(libc::tpacket3_hdr, tp_status), 20);
+        assert_eq!(
+            offset_of!(libc::tpacket_block_desc, hdr)
+                + offset_of!(libc::tpacket_hdr_v1, block_status),
+            BLOCK_STATUS_OFF
+        );
+        assert_eq!(offset_of!(libc::tpacket_hdr_v1, num_pkts), 4);
+        assert_eq!(offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt), 8);
+    }
+
+    #[test]
+    fn header_round_trip_native() {
+        let h = VirtioNetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4 | GSO_ECN,
+            hdr_len: 54,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+            num_buffers: 0,
+        };
+        let b = hdr_to_ne(&h);
+        let mut ten = [0u8; RX_VNET_LEN];
+        ten.copy_from_slice(&b[..RX_VNET_LEN]);
+        assert_eq!(hdr_from_ne(&ten), h);
+    }
+
+    #[test]
+    fn vlan_tag_goes_back_in_front_of_the_ethertype() {
+        let mut body = vec![0u8; 100];
+        let start = 60;
+        let frame: Vec<u8> = (1..=20).collect();
+        body[start..start + 20].copy_from_slice(&frame);
+        let mut hdr = VirtioNetHdr {
+            flags: F_NEEDS_CSUM,
+            csum_start: 34,
+            csum_offset: 16,
+            hdr_len: 54,
+            ..Default::default()
+        };
+        let begin = restore_vlan_tag(&mut body, start, 0x88a8, 0x2064, &mut hdr);
+        assert_eq!(begin, start - 4);
+        let mut want = frame[..12].to_vec();
+        want.extend_from_slice(&[0x88, 0xa8, 0x20, 0x64]);
+        want.extend_from_slice(&frame[12..]);
+        assert_eq!(&body[begin..start + 20], &want[..]);
+        assert_eq!((hdr.csum_start, hdr.hdr_len), (38, 58));
+    }
+
+    #[test]
+    fn open_errors_name_the_interface() {
+        let e = AfPacket::open("", AfPacketConfig::default()).unwrap_err();
+        assert!(matches!(e, AfPacketError::Name(_)));
+        let e = AfPacket::open("a-name-that-is-too-long", AfPacketConfig::default()).unwrap_err();
+        assert!(matches!(e, AfPacketError::Name(_)));
+        let e = AfPacket::open("vhu-no-such0", AfPacketConfig::default()).unwrap_err();
+        assert!(e.to_string().contains("vhu-no-such0"), "{e}");
+        let mut cfg = AfPacketConfig::default();
+        cfg.rx_ring.block_size = 64 * 1024;
+        let e = AfPacket::open("lo", cfg).unwrap_err();
+        assert!(matches!(e, AfPacketError::Geometry { .. }), "{e}");
+        assert!(e.to_string().contains("lo"));
+        let mut cfg = AfPacketConfig::default();
+        cfg.tx_ring.frame_size = 5000;
+        assert!(matches!(
+            AfPacket::open("lo", cfg),
+            Err(AfPacketError::Geometry { .. })
+        ));
+    }
+}
