@@ -22,6 +22,7 @@ scripts/install-peers.sh
 step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
 step "build (release, with examples)"
 cargo build --release --workspace --examples

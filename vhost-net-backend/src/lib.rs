@@ -73,7 +73,6 @@ pub mod testing {
     pub use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
     pub use crate::ring::{Layout, PackedLayout, SplitLayout};
 }
-/// An in-process virtio-net driver (the guest side), for tests, benches and fuzzers.
 #[cfg(feature = "test-utils")]
 #[allow(missing_docs)]
 pub mod test_utils;

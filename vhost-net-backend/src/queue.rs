@@ -4,8 +4,8 @@
 //!
 //! # Hand-off
 //!
-//! Each vring has a [`VringShared`] slot. The control plane (the vhost-user
-//! request handler) publishes a new [`RingConfig`] — or `None` to stop the
+//! Each vring has a `VringShared` slot. The control plane (the vhost-user
+//! request handler) publishes a new `RingConfig` — or `None` to stop the
 //! ring — bumps a generation counter, wakes the data plane through an
 //! eventfd, and waits until the data plane acknowledges. The data plane
 //! checks the generation with one atomic load at each burst boundary and
