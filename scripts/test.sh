@@ -28,10 +28,10 @@ step "build (release, with examples)"
 cargo build --release --workspace --examples
 
 step "unit and in-process tests"
-cargo test --release --workspace --all-features
+cargo test --release --no-fail-fast --workspace --all-features
 
 step "end-to-end tests against real peers (serialised: they busy-poll)"
 export VHU_E2E=1
-cargo test --release -p vhu-tests -- --include-ignored --test-threads=1
+cargo test --release --no-fail-fast -p vhu-tests -- --include-ignored --test-threads=1
 
 echo "scripts/test.sh: all tests passed"
