@@ -30,6 +30,10 @@ cargo build --release --workspace --examples
 step "unit and in-process tests"
 cargo test --release --no-fail-fast --workspace --all-features
 
+step "fuzz targets: seed replay, then a 30 s libFuzzer run each"
+(cd fuzz && cargo test --release)
+fuzz/run.sh 30
+
 step "end-to-end tests against real peers (serialised: they busy-poll)"
 export VHU_E2E=1
 cargo test --release --no-fail-fast -p vhu-tests -- --include-ignored --test-threads=1

@@ -291,9 +291,11 @@ impl PackedRing {
         let mut hint = self.hint;
         let id = loop {
             if count == self.size {
-                // Every slot says NEXT: the ring is corrupt.
+                // Every slot says NEXT: the ring is corrupt. Nothing is
+                // consumed; the queue counts RingBroken once at the end of
+                // the burst.
                 self.broken = true;
-                return Popped::Bad(None, DropReason::RingBroken);
+                return Popped::Empty;
             }
             let d = self.read_desc_at(self.desc, usize::from(slot));
             count += 1;

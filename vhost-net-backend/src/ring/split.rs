@@ -199,6 +199,9 @@ impl SplitRing {
     /// last read shows fewer than `max`).
     #[inline]
     pub(crate) fn count_avail(&mut self, max: usize) -> usize {
+        if self.broken {
+            return 0;
+        }
         let mut n = self.cached_avail();
         if usize::from(n) < max {
             n = self.refresh_avail();
@@ -211,7 +214,9 @@ impl SplitRing {
     /// Hot path: no allocation, no lock, no syscall.
     #[inline(always)]
     pub(crate) fn next_chain(&mut self, writable: bool, out: &mut SegVec) -> Popped {
-        if self.cached_avail() == 0 && self.refresh_avail() == 0 {
+        // A broken ring serves nothing, not even entries read before the
+        // driver broke it.
+        if self.broken || (self.cached_avail() == 0 && self.refresh_avail() == 0) {
             return Popped::Empty;
         }
         let head = self.pop_head();

@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! Fuzz harnesses for `vhost-net-backend`, kept in a library so that the
+//! libFuzzer targets (`fuzz_targets/`), the seed generator and the corpus
+//! replay test (`tests/seeds.rs`) run the same code.
+//!
+//! - [`rings`]: a hostile guest on one queue pair (split or packed rings)
+//!   against a reference model of the ring engine; every device operation
+//!   is checked for exact agreement (guest memory byte for byte, counters,
+//!   frames, return values).
+//! - [`net_hdr`]: `VirtioNetHdr` wire round trips.
+#![deny(missing_docs)]
+
+pub mod input;
+pub mod net_hdr;
+pub mod rings;
