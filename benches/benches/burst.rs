@@ -23,25 +23,15 @@ const BURSTS: [usize; 2] = [1, 32];
 fn guest(packed: bool, mrg: bool, size: usize) -> LoopbackGuest {
     let features = bits::EVENT_IDX | if mrg { bits::MRG_RXBUF } else { 0 };
     // With mergeable buffers RX buffers are 2 KiB (a 9000-byte frame takes
-    // five); without, each buffer holds a whole frame.
-    let buf_len = if mrg {
-        2048
-    } else {
-        (size + 12).next_multiple_of(64) as u32
-    };
-    let buf_len = buf_len
-        .max((size + 12).next_multiple_of(64) as u32)
-        .max(2048);
-    let buf_len = if mrg && size > 2000 {
-        buf_len.max(2048)
-    } else {
-        buf_len
-    };
+    // five); without, each buffer holds a whole frame. TX buffers have the
+    // same size, so the largest frame must fit one.
+    let whole = ((size + 12).next_multiple_of(64) as u32).max(2048);
     LoopbackGuest::new(LoopbackOpts {
         packed,
         size: 256,
         features,
-        buf_len,
+        buf_len: whole,
+        rx_buf_len: Some(if mrg { 2048 } else { whole }),
     })
 }
 

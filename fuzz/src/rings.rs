@@ -1192,6 +1192,7 @@ impl Harness {
             size,
             features,
             buf_len,
+            rx_buf_len: None,
         });
         let mut acked = features | bits::VERSION_1;
         if packed {

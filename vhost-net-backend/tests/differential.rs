@@ -579,6 +579,7 @@ fn run_seed(seed: u64, seen: &mut BTreeMap<Kind, usize>) {
         size,
         features,
         buf_len: BUF_LEN,
+        rx_buf_len: None,
     });
     let Layout::Split(l) = g.layout(false) else {
         unreachable!("split ring")

@@ -33,8 +33,12 @@ pub struct LoopbackOpts {
     /// Acked virtio features (EVENT_IDX, MRG_RXBUF, ... ; VERSION_1 is
     /// always added; RING_PACKED follows `packed`).
     pub features: u64,
-    /// Length of each RX buffer (and the largest TX frame + header).
+    /// Length of each TX buffer (the largest TX frame + header), and of
+    /// each RX buffer unless `rx_buf_len` says otherwise.
     pub buf_len: u32,
+    /// Length of each RX buffer, when it differs (e.g. 2 KiB mergeable
+    /// buffers for 9000-byte frames).
+    pub rx_buf_len: Option<u32>,
 }
 
 impl Default for LoopbackOpts {
@@ -44,6 +48,7 @@ impl Default for LoopbackOpts {
             size: 256,
             features: bits::MRG_RXBUF,
             buf_len: 2048,
+            rx_buf_len: None,
         }
     }
 }
@@ -89,17 +94,19 @@ impl LoopbackGuest {
     /// two, a buffer shorter than 64 bytes).
     pub fn new(opts: LoopbackOpts) -> Self {
         assert!(opts.size > 0 && (opts.packed || opts.size.is_power_of_two()));
-        assert!(opts.buf_len >= 64);
+        let rx_len = opts.rx_buf_len.unwrap_or(opts.buf_len);
+        assert!(opts.buf_len >= 64 && rx_len >= 64);
         let n = usize::from(opts.size);
         let ring_bytes = (16 * n + 4096 + 8 * n + 4096).next_multiple_of(4096);
-        let buf_bytes = n * opts.buf_len as usize;
-        let total = 2 * (ring_bytes + buf_bytes);
+        let rx_bytes = n * rx_len as usize;
+        let tx_bytes = n * opts.buf_len as usize;
+        let total = 2 * ring_bytes + rx_bytes + tx_bytes;
         let mem = Arc::new(GuestMemory::anonymous(&[(GPA, total)]));
         let mut hint = 0;
         let base = mem
             .translate(GPA, total as u64, &mut hint)
             .expect("loopback memory");
-        let mk = |off: usize| {
+        let mk = |off: usize, buf_len: u32| {
             let desc = base + off;
             let avail = desc + 16 * n;
             let used = (avail + 6 + 2 * n).next_multiple_of(4096);
@@ -110,7 +117,7 @@ impl LoopbackGuest {
                 avail,
                 used,
                 bufs: base + off + ring_bytes,
-                buf_len: opts.buf_len as usize,
+                buf_len: buf_len as usize,
                 next: 0,
                 wrap: true,
                 reap: 0,
@@ -118,8 +125,8 @@ impl LoopbackGuest {
                 outstanding: 0,
             }
         };
-        let rx = mk(0);
-        let tx = mk(ring_bytes + buf_bytes);
+        let rx = mk(0, rx_len);
+        let tx = mk(ring_bytes + rx_bytes, opts.buf_len);
         let mut features = opts.features | bits::VERSION_1;
         if opts.packed {
             features |= bits::RING_PACKED;
@@ -173,11 +180,13 @@ impl LoopbackGuest {
         // Descriptor i always points at buffer i (split); packed descriptors
         // are written at post time.
         if !opts.packed {
-            let (rx_bufs, tx_bufs, len) = (g.rx.bufs, g.tx.bufs, opts.buf_len);
+            let (rx_bufs, tx_bufs) = (g.rx.bufs, g.tx.bufs);
             for i in 0..opts.size {
-                let off = usize::from(i) * len as usize;
-                write_desc(g.rx.desc, i, gpa_of(rx_bufs + off), len, WRITE, 0);
-                write_desc(g.tx.desc, i, gpa_of(tx_bufs + off), len, 0, 0);
+                let i_ = usize::from(i);
+                let rx_at = rx_bufs + i_ * rx_len as usize;
+                let tx_at = tx_bufs + i_ * opts.buf_len as usize;
+                write_desc(g.rx.desc, i, gpa_of(rx_at), rx_len, WRITE, 0);
+                write_desc(g.tx.desc, i, gpa_of(tx_at), opts.buf_len, 0, 0);
             }
         }
         g
