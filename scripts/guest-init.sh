@@ -20,14 +20,37 @@
 #                        queue pairs.
 #   vhu.settle=1         seconds to wait after traffic before reading counters
 #
+#   vhu.test=net         exchanges with a real kernel stack at vhu.peer (no
+#                        static ARP entry: the peer must answer ARP):
+#                        ICMP echo, a UDP file exchange (TFTP), and TCP
+#                        streams both ways, each checked end to end
+#   vhu.pings=5          net: echo requests, every one must be answered
+#                        (vhu.size bytes of payload with a fixed pattern)
+#   vhu.tftp_port=0      net: the peer's TFTP server (0: skip); the guest
+#                        gets vhu-get.bin and puts vhu.tftp_kib KiB of random
+#                        data as vhu-put.bin
+#   vhu.tftp_kib=256
+#   vhu.tx_port=0        net: the peer's TCP sink (0: skip); the guest sends
+#                        vhu.tx_mib MiB of random data (written to tmpfs
+#                        first) and reads back the sink's "sha256 bytes" line
+#   vhu.tx_mib=64
+#   vhu.rx_port=0        net: the guest listens here and stores what the
+#                        peer sends until it closes (0: skip)
+#   vhu.timeout=300      net: limit of each transfer, in seconds
+#
 # Output: lines "VHU-RESULT key=value ..." (values never contain spaces):
 #   cpus=N  features=<0/1 string>  queues=N  carrier=0|1
 #   ping_cpuI_sent=N  sent=N
+#   net: ping_sent=N ping_received=N peer_mac=MAC
+#        tftp_get_bytes=N tftp_get_sha256=HEX tftp_put_bytes=N tftp_put_sha256=HEX
+#        tcp_tx_bytes=N tcp_tx_sha256=HEX tcp_tx_peer_sha256=HEX tcp_tx_peer_bytes=N tcp_tx_ms=N
+#        tcp_rx_bytes=N tcp_rx_sha256=HEX tcp_rx_ms=N  (and *_ms timings)
 #   rx_packets=N tx_packets=N rx_bytes=N tx_bytes=N rx_errors=N rx_dropped=N ...
 #   done            (last line on success)
 #   error=<what>    (on failure, instead of done)
-# The peer is expected to reflect frames, not to answer pings: ping replies
-# are not needed, the guest's receive counters are what the tests check.
+# For vhu.test=ping the peer is expected to reflect frames, not to answer
+# pings: ping replies are not needed, the guest's receive counters are what
+# the tests check.
 
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin
@@ -64,6 +87,13 @@ VHU_count=1000
 VHU_size=1000
 VHU_cpus=
 VHU_settle=1
+VHU_pings=5
+VHU_tftp_port=0
+VHU_tftp_kib=256
+VHU_tx_port=0
+VHU_tx_mib=64
+VHU_rx_port=0
+VHU_timeout=300
 set -f # no globbing of command-line words
 for arg in $(cat /proc/cmdline); do
 	case $arg in
@@ -171,9 +201,92 @@ test_ping() {
 	result "sent=$total"
 }
 
+# Milliseconds since boot.
+now_ms() {
+	read -r up _ </proc/uptime
+	sec=${up%.*}
+	frac=${up#*.}
+	frac=${frac#0}
+	echo $((sec * 1000 + frac * 10))
+}
+
+# sha256 of a file (the hex digest only).
+sha256_of() {
+	h=$(sha256sum "$1") || return 1
+	echo "${h%% *}"
+}
+
+size_of() {
+	wc -c <"$1" | tr -d ' '
+}
+
+test_net() {
+	for v in "$VHU_pings" "$VHU_size" "$VHU_tftp_port" "$VHU_tftp_kib" "$VHU_tx_port" \
+		"$VHU_tx_mib" "$VHU_rx_port" "$VHU_timeout"; do
+		is_number "$v" || fail "bad-number-$v"
+	done
+	to=$VHU_timeout
+
+	# ARP and ICMP: the peer's stack must resolve and answer every request.
+	out=$(ping -c "$VHU_pings" -i 0.2 -W 5 -s "$VHU_size" -p a5 "$VHU_peer" 2>&1)
+	echo "$out"
+	sent=$(echo "$out" | sed -n 's/^\([0-9][0-9]*\) packets transmitted.*/\1/p')
+	received=$(echo "$out" | sed -n 's/.* \([0-9][0-9]*\) packets received.*/\1/p')
+	is_number "$sent" || fail "ping-output"
+	is_number "$received" || fail "ping-output"
+	peer_mac=$(awk -v ip="$VHU_peer" '$1 == ip { print $4 }' /proc/net/arp)
+	result "ping_sent=$sent ping_received=$received peer_mac=${peer_mac:-none}"
+	[ "$received" = "$sent" ] || fail "ping-lost-$((sent - received))-of-$sent"
+
+	# UDP: a file each way over TFTP (lock-step 512-byte blocks).
+	if [ "$VHU_tftp_port" != 0 ]; then
+		t0=$(now_ms)
+		timeout "$to" tftp -g -r vhu-get.bin -l /tmp/get.bin "$VHU_peer" "$VHU_tftp_port" ||
+			fail "tftp-get"
+		result "tftp_get_bytes=$(size_of /tmp/get.bin) tftp_get_sha256=$(sha256_of /tmp/get.bin)" \
+			"tftp_get_ms=$(($(now_ms) - t0))"
+		dd if=/dev/urandom of=/tmp/put.bin bs=1024 count="$VHU_tftp_kib" 2>/dev/null ||
+			fail "tftp-put-data"
+		t0=$(now_ms)
+		timeout "$to" tftp -p -l /tmp/put.bin -r vhu-put.bin "$VHU_peer" "$VHU_tftp_port" ||
+			fail "tftp-put"
+		result "tftp_put_bytes=$(size_of /tmp/put.bin) tftp_put_sha256=$(sha256_of /tmp/put.bin)" \
+			"tftp_put_ms=$(($(now_ms) - t0))"
+		rm -f /tmp/get.bin /tmp/put.bin
+	fi
+
+	# TCP, guest to peer: random data from tmpfs; the sink answers with
+	# the sha256 and length of what it received.
+	if [ "$VHU_tx_port" != 0 ]; then
+		t0=$(now_ms)
+		dd if=/dev/urandom of=/tmp/tx.bin bs=1048576 count="$VHU_tx_mib" 2>/dev/null ||
+			fail "tcp-tx-data"
+		sum=$(sha256_of /tmp/tx.bin) || fail "tcp-tx-sha256"
+		result "tcp_tx_bytes=$(size_of /tmp/tx.bin) tcp_tx_sha256=$sum tcp_tx_prep_ms=$(($(now_ms) - t0))"
+		t0=$(now_ms)
+		reply=$(timeout "$to" nc "$VHU_peer" "$VHU_tx_port" </tmp/tx.bin) || fail "tcp-tx"
+		t1=$(now_ms)
+		result "tcp_tx_peer_sha256=${reply%% *} tcp_tx_peer_bytes=${reply##* }" \
+			"tcp_tx_ms=$((t1 - t0))"
+		rm -f /tmp/tx.bin
+	fi
+
+	# TCP, peer to guest: store the stream, then hash it.
+	if [ "$VHU_rx_port" != 0 ]; then
+		result "tcp_rx_listening=$VHU_rx_port"
+		t0=$(now_ms)
+		timeout "$to" nc -l -p "$VHU_rx_port" </dev/null >/tmp/rx.bin || fail "tcp-rx"
+		t1=$(now_ms)
+		result "tcp_rx_bytes=$(size_of /tmp/rx.bin) tcp_rx_sha256=$(sha256_of /tmp/rx.bin)" \
+			"tcp_rx_ms=$((t1 - t0))"
+		rm -f /tmp/rx.bin
+	fi
+}
+
 case $VHU_test in
 info) test_info ;;
 ping) test_ping ;;
+net) test_net ;;
 *) fail "unknown-test-$VHU_test" ;;
 esac
 

@@ -7,5 +7,6 @@
 //! with `--include-ignored`. A missing peer is a test failure, never a skip.
 
 pub mod echo;
+pub mod netns;
 pub mod qemu;
 pub mod testpmd;

@@ -58,8 +58,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The interactive prompt testpmd prints after every command.
-const PROMPT: &[u8] = b"testpmd> ";
+/// The interactive prompt testpmd prints after every command, without its
+/// trailing space: a log line written by another thread can land between
+/// `testpmd>` and the space.
+const PROMPT: &[u8] = b"testpmd>";
 
 /// How long testpmd may take to reach its first prompt. EAL init with
 /// `--no-huge` and the mbuf pool creation take a second or two; a virtio-user

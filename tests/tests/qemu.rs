@@ -310,11 +310,14 @@ fn check_ping(run: &GuestRun, echo: &[QpStats], cpus: u64, queues: usize) {
         "echo tx_packets={echo_tx} rx_packets={echo_rx}, want both >= {}",
         cpus * PING_COUNT
     );
-    // Exact invariants, free of timing: echo can dequeue only what the guest
+    // Invariants free of timing: echo can dequeue only what the guest
     // queued, the guest can receive only what echo delivered, and a reflector
-    // delivers no more than it dequeued.
+    // delivers no more than it dequeued. The guest reads its counters before
+    // it powers off, and its kernel may still send a frame or two after that
+    // (IPv6 neighbour discovery and MLD timers), hence the small allowance.
+    const LATE_FRAMES: u64 = 8;
     assert!(
-        echo_tx <= guest_tx,
+        echo_tx <= guest_tx + LATE_FRAMES,
         "echo dequeued {echo_tx} frames, the guest sent only {guest_tx}"
     );
     assert!(
