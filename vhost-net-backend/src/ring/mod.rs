@@ -304,6 +304,38 @@ unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// Reads a 16-byte descriptor at host address `p` as two little-endian
+/// words (address, then the rest), volatile: two loads when `p` is 8-aligned
+/// (ring tables always are), byte by byte otherwise (an indirect table at an
+/// odd address).
+///
+/// # Safety
+/// `p..p + 16` must be readable guest memory (inside a mapped region whose
+/// snapshot outlives the call).
+#[inline(always)]
+unsafe fn read_desc_words(p: usize) -> (u64, u64) {
+    let (lo, hi) = if p % 8 == 0 {
+        // SAFETY: readable per the contract; 8-aligned.
+        unsafe {
+            (
+                std::ptr::read_volatile(p as *const u64),
+                std::ptr::read_volatile((p + 8) as *const u64),
+            )
+        }
+    } else {
+        let mut b = [0u8; 16];
+        for (k, byte) in b.iter_mut().enumerate() {
+            // SAFETY: readable per the contract; no alignment needed.
+            *byte = unsafe { std::ptr::read_volatile((p + k) as *const u8) };
+        }
+        (
+            u64::from_ne_bytes(b[..8].try_into().expect("8 bytes")),
+            u64::from_ne_bytes(b[8..].try_into().expect("8 bytes")),
+        )
+    };
+    (u64::from_le(lo), u64::from_le(hi))
+}
+
 /// Copies `dst.len()` bytes of the buffers `segs`, starting `offset` bytes
 /// in, into `dst`. Returns how many bytes were copied (fewer when the
 /// buffers end first).

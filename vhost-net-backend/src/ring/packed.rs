@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::memory::GuestMemory;
 use super::split::RingError;
-use super::{Mark, Popped, Seg, SegVec, UsedId};
+use super::{read_desc_words, Mark, Popped, Seg, SegVec, UsedId};
 use crate::stats::DropReason;
 
 const DESC_F_NEXT: u16 = 1;
@@ -185,28 +185,9 @@ impl PackedRing {
 
     #[inline]
     fn read_desc_at(&self, table: usize, i: usize) -> Desc {
-        let p = table + 16 * i;
-        let (lo, hi) = if p % 8 == 0 {
-            // SAFETY: callers check `i` against the table's size; the table
-            // is in mapped guest memory kept alive by `self.mem`.
-            unsafe {
-                (
-                    std::ptr::read_volatile(p as *const u64),
-                    std::ptr::read_volatile((p + 8) as *const u64),
-                )
-            }
-        } else {
-            let mut b = [0u8; 16];
-            for (k, byte) in b.iter_mut().enumerate() {
-                // SAFETY: as above, byte by byte.
-                *byte = unsafe { std::ptr::read_volatile((p + k) as *const u8) };
-            }
-            (
-                u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-                u64::from_le_bytes(b[8..].try_into().expect("8 bytes")),
-            )
-        };
-        let (lo, hi) = (u64::from_le(lo), u64::from_le(hi));
+        // SAFETY: callers check `i` against the table's size; the table is
+        // in mapped guest memory kept alive by `self.mem`.
+        let (lo, hi) = unsafe { read_desc_words(table + 16 * i) };
         Desc {
             addr: lo,
             len: (hi & 0xffff_ffff) as u32,

@@ -22,7 +22,7 @@ use std::sync::atomic::{fence, AtomicU16, Ordering};
 use std::sync::Arc;
 
 use super::memory::GuestMemory;
-use super::{Mark, Popped, Seg, SegVec, UsedId};
+use super::{read_desc_words, Mark, Popped, Seg, SegVec, UsedId};
 use crate::stats::DropReason;
 
 const DESC_F_NEXT: u16 = 1;
@@ -296,34 +296,14 @@ impl SplitRing {
 
     #[inline]
     fn read_desc(&self, table: usize, i: u16) -> Desc {
-        let p = table + 16 * usize::from(i);
-        let (lo, hi) = if p % 8 == 0 {
-            // SAFETY: the caller checked `i` against the table size and the
-            // table lies in mapped guest memory kept alive by `self.mem`;
-            // `p` is 8-aligned.
-            unsafe {
-                (
-                    std::ptr::read_volatile(p as *const u64),
-                    std::ptr::read_volatile((p + 8) as *const u64),
-                )
-            }
-        } else {
-            // An indirect table at an odd address: read bytes.
-            let mut b = [0u8; 16];
-            for (k, byte) in b.iter_mut().enumerate() {
-                // SAFETY: as above, byte by byte (no alignment needed).
-                *byte = unsafe { std::ptr::read_volatile((p + k) as *const u8) };
-            }
-            (
-                u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-                u64::from_le_bytes(b[8..].try_into().expect("8 bytes")),
-            )
-        };
+        // SAFETY: the caller checked `i` against the table size, and the
+        // table lies in mapped guest memory kept alive by `self.mem`.
+        let (lo, hi) = unsafe { read_desc_words(table + 16 * usize::from(i)) };
         Desc {
-            addr: u64::from_le(lo),
-            len: (u64::from_le(hi) & 0xffff_ffff) as u32,
-            flags: ((u64::from_le(hi) >> 32) & 0xffff) as u16,
-            next: (u64::from_le(hi) >> 48) as u16,
+            addr: lo,
+            len: (hi & 0xffff_ffff) as u32,
+            flags: ((hi >> 32) & 0xffff) as u16,
+            next: (hi >> 48) as u16,
         }
     }
 
