@@ -21,8 +21,13 @@
 //! ```text
 //! uplink-bench [--uplinks af_xdp,af_packet,tap] [--reps N] [--size 64]
 //!              [--warmup SECS] [--window SECS] [--huge] [--patch PATH]
-//!              [--max-busy PCT] [--idle-wait SECS]
+//!              [--max-busy PCT] [--idle-wait SECS] [--qdisc]
 //! ```
+//!
+//! AF_PACKET bypasses the qdisc layer on both sides by default (DPDK's
+//! `net_af_packet` default; `patch --qdisc-bypass`); `--qdisc` runs both
+//! through it (`patch`'s default, which the kernel needs to segment
+//! super-frames for interfaces that cannot).
 //!
 //! Before each run it waits up to `--idle-wait` (60 s) for the machine to
 //! be at most `--max-busy` (10 %) busy, and reports how busy it was: other
@@ -80,6 +85,9 @@ struct Args {
     /// before each run (fraction of all CPUs).
     max_busy: f64,
     idle_wait: Duration,
+    /// AF_PACKET through the qdisc layer on both sides (patch's default,
+    /// `qdisc_bypass=0` for DPDK) instead of bypassing it on both.
+    qdisc: bool,
 }
 
 fn default_patch() -> PathBuf {
@@ -102,6 +110,7 @@ fn parse_args() -> Result<Args, String> {
         patch: default_patch(),
         max_busy: 0.10,
         idle_wait: Duration::from_secs(60),
+        qdisc: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -128,11 +137,12 @@ fn parse_args() -> Result<Args, String> {
                     / 100.0
             }
             "--idle-wait" => a.idle_wait = secs(v()?)?,
+            "--qdisc" => a.qdisc = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: uplink-bench [--uplinks af_xdp,af_packet,tap] [--reps N] \
                             [--size 64] [--warmup SECS] [--window SECS] [--huge] [--patch PATH] \
-                            [--max-busy PCT] [--idle-wait SECS]"
+                            [--max-busy PCT] [--idle-wait SECS] [--qdisc]"
                         .into(),
                 )
             }
@@ -237,6 +247,10 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
             cmd.args(["--socket", &socket.display().to_string()]);
             cmd.args(["--uplink", &format!("{}:{host_if}", kind.name())]);
             cmd.args(["--poll", "busy", "--cpu", "0"]);
+            if kind == Kind::AfPacket && !a.qdisc {
+                // As DPDK's net_af_packet does by default.
+                cmd.arg("--qdisc-bypass");
+            }
             let mut p = NsProcess::spawn(cmd, "patch".into());
             let deadline = Instant::now() + Duration::from_secs(10);
             while !socket.exists() {
@@ -253,7 +267,10 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
             o.hugepages = a.huge;
             let pmd = match kind {
                 Kind::AfXdp => format!("net_af_xdp0,iface={host_if},start_queue=0,queue_count=1"),
-                Kind::AfPacket => format!("net_af_packet0,iface={host_if}"),
+                Kind::AfPacket => format!(
+                    "net_af_packet0,iface={host_if},qdisc_bypass={}",
+                    u8::from(!a.qdisc)
+                ),
                 Kind::Tap => format!("net_tap0,iface={host_if}"),
             };
             o.extra_eal_args = vec!["--vdev".into(), pmd];
