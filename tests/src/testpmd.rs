@@ -485,6 +485,10 @@ impl VhostBackendOpts {
         a.extend(["-n".into(), "1".into(), "--no-pci".into()]);
         a.extend(memory_args(self.hugepages, false));
         a.push(format!("--file-prefix={}", self.file_prefix));
+        // The vhost library logs every message from a thread of its own;
+        // those lines can land in the middle of the interactive prompt, so
+        // keep its config log to warnings.
+        a.push("--log-level=lib.vhost.config:warning".into());
         a.extend(self.extra_eal_args.iter().cloned());
         a.extend(["--vdev".into(), self.vdev(), "--".into(), "-i".into()]);
         a.extend(app_args(
