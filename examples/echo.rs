@@ -24,11 +24,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use vhost_net_backend::{DropReason, Offloads, Poller, Port, PortConfig, QueuePair, SocketRole};
+use vhost_net_backend::{Offloads, Poller, Port, PortConfig, QueuePair, SocketRole};
+use vhu_examples::MAX_BURST;
 
 /// How the data-plane thread waits for work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -73,30 +73,21 @@ struct Args {
     cpu: Option<usize>,
 }
 
-/// Largest burst accepted (the ring engine handles any, this bounds latency).
-const MAX_BURST: usize = 256;
-
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VHU_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    vhu_examples::init_logging();
     let args = Args::parse();
     if args.burst == 0 || args.burst > MAX_BURST {
         eprintln!("echo: --burst must be 1 to {MAX_BURST}");
         return ExitCode::from(64);
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+    let stop = match vhu_examples::stop_on_signals() {
+        Ok(s) => s,
+        Err(e) => {
             eprintln!("echo: cannot install a signal handler: {e}");
             return ExitCode::FAILURE;
         }
-    }
+    };
 
     let mut cfg = PortConfig::new("echo", &args.socket);
     cfg.role = if args.client {
@@ -113,7 +104,7 @@ fn main() -> ExitCode {
     let (port, mut qps) = match Port::new(cfg) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("echo: {}", error_chain(&e));
+            eprintln!("echo: {}", vhu_examples::error_chain(&e));
             return ExitCode::from(64);
         }
     };
@@ -123,26 +114,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     drop(port);
-    for qp in &qps {
-        let tx = qp.tx.counters();
-        let rx = qp.rx.counters();
-        println!(
-            "qp={} tx_packets={} tx_bytes={} rx_packets={} rx_bytes={} tx_dropped={} rx_dropped={}",
-            qp.index(),
-            tx.packets,
-            tx.bytes,
-            rx.packets,
-            rx.bytes,
-            tx.dropped(),
-            rx.dropped()
-        );
-        for r in DropReason::ALL {
-            let (t, x) = (tx.drops_for(r), rx.drops_for(r));
-            if t + x > 0 {
-                eprintln!("qp={} drops {}: tx={t} rx={x}", qp.index(), r.name());
-            }
-        }
-    }
+    vhu_examples::print_queue_counters(&qps);
     ExitCode::SUCCESS
 }
 
@@ -231,15 +203,4 @@ fn echo_burst(qp: &mut QueuePair, burst: usize) -> usize {
         // A failure is counted in the RX queue's drop counters.
         let _ = rx.push(&hdr, frame);
     })
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

@@ -71,7 +71,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
@@ -85,6 +84,7 @@ use vhost_net_backend::{
     DropReason, FrameSource, FrameWriter, Offloads, Poller, Port, PortConfig, QueuePair,
     SocketRole, TxFrame, VirtioNetHdr,
 };
+use vhu_examples::MAX_BURST;
 
 /// How the data-plane thread waits for work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -193,8 +193,6 @@ struct Args {
     qdisc_bypass: bool,
 }
 
-/// Largest burst accepted.
-const MAX_BURST: usize = 256;
 /// Guest RX buffers counted per burst decision.
 const MAX_RX_AVAIL: usize = 512;
 /// Guest RX buffers set aside per uplink frame when the uplink may lend
@@ -217,13 +215,7 @@ const GUEST_OFFLOADS: u64 =
 const RX_SUPER_FRAMES: u64 = bits::GUEST_TSO4 | bits::GUEST_TSO6 | bits::GUEST_UFO;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VHU_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    vhu_examples::init_logging();
     let args = Args::parse();
     if args.burst == 0 || args.burst > MAX_BURST {
         eprintln!("patch: --burst must be 1 to {MAX_BURST}");
@@ -246,13 +238,13 @@ fn main() -> ExitCode {
         tracing::warn!("--zero-copy try: ignored, only af_xdp uplinks have a zero-copy mode");
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+    let stop = match vhu_examples::stop_on_signals() {
+        Ok(s) => s,
+        Err(e) => {
             eprintln!("patch: cannot install a signal handler: {e}");
             return ExitCode::FAILURE;
         }
-    }
+    };
 
     // The uplink first: a bad interface fails before a socket appears.
     let res = match &args.uplink {
@@ -281,7 +273,7 @@ fn main() -> ExitCode {
                 );
                 serve(u, &args, &stop)
             }
-            Err(e) => Err(Failure::Uplink(error_chain(&e))),
+            Err(e) => Err(Failure::Uplink(vhu_examples::error_chain(&e))),
         },
         UplinkSpec::Tap(name) => match Tap::open(
             name,
@@ -294,7 +286,7 @@ fn main() -> ExitCode {
                 tracing::info!("uplink {}: opened", u.name());
                 serve(u, &args, &stop)
             }
-            Err(e) => Err(Failure::Uplink(error_chain(&e))),
+            Err(e) => Err(Failure::Uplink(vhu_examples::error_chain(&e))),
         },
     };
     match res {
@@ -340,7 +332,7 @@ fn open_af_xdp(ifname: &str, args: &Args) -> Result<AfXdp, Failure> {
         },
         ..AfXdpConfig::default()
     };
-    let x = AfXdp::open(ifname, cfg).map_err(|e| Failure::Uplink(error_chain(&e)))?;
+    let x = AfXdp::open(ifname, cfg).map_err(|e| Failure::Uplink(vhu_examples::error_chain(&e)))?;
     match (x.bind_mode(), x.zero_copy_error()) {
         (BindMode::Copy, Some(e)) => tracing::warn!(
             "uplink {}: zero-copy requested but unavailable ({e}): falling back to copy mode",
@@ -374,7 +366,7 @@ impl Attached for Tap {
                 self.name(),
                 self.offloads().rx
             ),
-            Err(e) => tracing::warn!("uplink {}: {}", self.name(), error_chain(&e)),
+            Err(e) => tracing::warn!("uplink {}: {}", self.name(), vhu_examples::error_chain(&e)),
         }
     }
 }
@@ -393,7 +385,8 @@ fn serve<U: Attached>(uplink: U, args: &Args, stop: &AtomicBool) -> Result<(), F
     } else {
         Offloads::checksum_and_tso()
     };
-    let (port, mut qps) = Port::new(cfg).map_err(|e| Failure::Usage(error_chain(&e)))?;
+    let (port, mut qps) =
+        Port::new(cfg).map_err(|e| Failure::Usage(vhu_examples::error_chain(&e)))?;
     let mut dp = DataPlane::new(uplink, args.burst);
     let res = dp.run(args, &port, &mut qps, stop);
     drop(port);
@@ -789,26 +782,7 @@ fn tx_in_software<U: Uplink>(
 }
 
 fn print_counters<U: Uplink>(qps: &[QueuePair], dp: &DataPlane<U>) {
-    for qp in qps {
-        let tx = qp.tx.counters();
-        let rx = qp.rx.counters();
-        println!(
-            "qp={} tx_packets={} tx_bytes={} rx_packets={} rx_bytes={} tx_dropped={} rx_dropped={}",
-            qp.index(),
-            tx.packets,
-            tx.bytes,
-            rx.packets,
-            rx.bytes,
-            tx.dropped(),
-            rx.dropped()
-        );
-        for r in DropReason::ALL {
-            let (t, x) = (tx.drops_for(r), rx.drops_for(r));
-            if t + x > 0 {
-                eprintln!("qp={} drops {}: tx={t} rx={x}", qp.index(), r.name());
-            }
-        }
-    }
+    vhu_examples::print_queue_counters(qps);
     let u = dp.uplink.counters();
     println!(
         "uplink={} rx_packets={} rx_bytes={} rx_dropped={} tx_packets={} tx_bytes={} tx_dropped={}",
@@ -841,15 +815,4 @@ fn print_counters<U: Uplink>(qps: &[QueuePair], dp: &DataPlane<U>) {
         c.rx_no_guest,
         c.rx_errors
     );
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

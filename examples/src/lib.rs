@@ -1,1 +1,73 @@
-//! Examples live in `examples/*.rs`; this library is empty.
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! Plumbing shared by the examples in `examples/*.rs`: logging, stopping on
+//! signals, error chains and the per-queue counter lines they print.
+#![forbid(unsafe_code)]
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use vhost_net_backend::{DropReason, QueuePair};
+
+/// Largest burst the examples accept (the ring engine handles any; this
+/// bounds latency).
+pub const MAX_BURST: usize = 256;
+
+/// Logs to stderr, filtered by `VHU_LOG` (default `info`).
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VHU_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// A flag set by SIGINT or SIGTERM.
+///
+/// # Errors
+/// A signal handler could not be installed.
+pub fn stop_on_signals() -> std::io::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    Ok(stop)
+}
+
+/// An error and its sources, `: `-separated.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Prints one `qp=` line of counters per queue pair on stdout (the format the
+/// end-to-end tests parse) and the non-zero drop reasons on stderr.
+pub fn print_queue_counters(qps: &[QueuePair]) {
+    for qp in qps {
+        let tx = qp.tx.counters();
+        let rx = qp.rx.counters();
+        println!(
+            "qp={} tx_packets={} tx_bytes={} rx_packets={} rx_bytes={} tx_dropped={} rx_dropped={}",
+            qp.index(),
+            tx.packets,
+            tx.bytes,
+            rx.packets,
+            rx.bytes,
+            tx.dropped(),
+            rx.dropped()
+        );
+        for r in DropReason::ALL {
+            let (t, x) = (tx.drops_for(r), rx.drops_for(r));
+            if t + x > 0 {
+                eprintln!("qp={} drops {}: tx={t} rx={x}", qp.index(), r.name());
+            }
+        }
+    }
+}
