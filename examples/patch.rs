@@ -24,7 +24,7 @@
 //! cannot take is done here, in software ([`offload`]):
 //!
 //! * a guest frame whose header asks for a checksum or segmentation the
-//!   uplink refuses ([`TxError::Offload`]: AF_XDP always, AF_PACKET and TAP
+//!   uplink refuses ([`DropReason::OffloadUnsupported`]: AF_XDP always, AF_PACKET and TAP
 //!   for headers the kernel would reject) is copied into a scratch buffer,
 //!   completed or segmented there, and pushed as plain frames (a second
 //!   copy, on this path only);
@@ -79,7 +79,7 @@ use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig};
 use vhost_net_backend::io::af_xdp::{AfXdp, AfXdpConfig, Attach, BindMode, ZeroCopy};
 use vhost_net_backend::io::offload::{self, Segmenter};
 use vhost_net_backend::io::tap::{Tap, TapConfig};
-use vhost_net_backend::io::{TxError, Uplink};
+use vhost_net_backend::io::Uplink;
 use vhost_net_backend::{
     DropReason, FrameSource, FrameWriter, Offloads, Poller, Port, PortConfig, QueuePair,
     SocketRole, TxFrame, VirtioNetHdr,
@@ -593,9 +593,16 @@ impl<U: Attached> DataPlane<U> {
             }
             match push_retry(uplink, &hdr, &*frame) {
                 Ok(()) => {}
-                Err(TxError::Offload) => tx_in_software(uplink, seg, scratch, c, &hdr, frame),
-                Err(TxError::Full) => c.tx_full += 1,
-                Err(TxError::TooLarge) => c.tx_too_large += 1,
+                Err(DropReason::OffloadUnsupported) => {
+                    tx_in_software(uplink, seg, scratch, c, &hdr, frame)
+                }
+                Err(DropReason::NoBuffers) => {
+                    c.tx_full += 1;
+                    uplink.tx_drop(DropReason::NoBuffers);
+                }
+                Err(DropReason::TooLong) => c.tx_too_large += 1,
+                // Counted by the uplink.
+                Err(_) => {}
             }
         });
         if n > 0 {
@@ -714,19 +721,36 @@ fn push_retry<U: Uplink>(
     uplink: &mut U,
     hdr: &VirtioNetHdr,
     frame: &dyn FrameSource,
-) -> Result<(), TxError> {
+) -> Result<(), DropReason> {
     match uplink.tx_push(hdr, frame) {
-        Err(TxError::Full) => {}
+        Err(DropReason::NoBuffers) => {}
         r => return r,
     }
     for _ in 0..FULL_RETRIES {
         let _ = uplink.tx_flush();
         match uplink.tx_push(hdr, frame) {
-            Err(TxError::Full) => std::hint::spin_loop(),
+            Err(DropReason::NoBuffers) => std::hint::spin_loop(),
             r => return r,
         }
     }
-    Err(TxError::Full)
+    Err(DropReason::NoBuffers)
+}
+
+/// Counts a frame `push_retry` could not hand over (once: in the uplink's
+/// counters for reasons it does not count itself, and in ours).
+fn count_push_failure<U: Uplink>(uplink: &mut U, c: &mut PatchCounters, r: DropReason) {
+    match r {
+        DropReason::NoBuffers => {
+            c.tx_full += 1;
+            uplink.tx_drop(r);
+        }
+        DropReason::OffloadUnsupported => {
+            c.tx_offload_errors += 1;
+            uplink.tx_drop(r);
+        }
+        DropReason::TooLong => c.tx_too_large += 1,
+        _ => {}
+    }
 }
 
 /// A guest frame the uplink refused for its offload metadata: copy it out,
@@ -754,9 +778,7 @@ fn tx_in_software<U: Uplink>(
         let res = seg.segment(hdr, buf, &mut |s| {
             match push_retry(uplink, &plain, &Bytes(s)) {
                 Ok(()) => segments += 1,
-                Err(TxError::Full) => c.tx_full += 1,
-                Err(TxError::TooLarge) => c.tx_too_large += 1,
-                Err(TxError::Offload) => c.tx_offload_errors += 1,
+                Err(r) => count_push_failure(uplink, c, r),
             }
             true
         });
@@ -775,9 +797,7 @@ fn tx_in_software<U: Uplink>(
     }
     match push_retry(uplink, &plain, &Bytes(buf)) {
         Ok(()) => c.tx_sw_csum += 1,
-        Err(TxError::Full) => c.tx_full += 1,
-        Err(TxError::TooLarge) => c.tx_too_large += 1,
-        Err(TxError::Offload) => c.tx_offload_errors += 1,
+        Err(r) => count_push_failure(uplink, c, r),
     }
 }
 
@@ -789,10 +809,10 @@ fn print_counters<U: Uplink>(qps: &[QueuePair], dp: &DataPlane<U>) {
         dp.uplink.name(),
         u.rx_packets,
         u.rx_bytes,
-        u.rx_dropped,
+        u.rx_dropped(),
         u.tx_packets,
         u.tx_bytes,
-        u.tx_dropped
+        u.tx_dropped()
     );
     let c = &dp.counters;
     println!(

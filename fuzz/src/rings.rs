@@ -673,7 +673,7 @@ impl Dev {
     }
 
     fn drop_frame(&mut self, r: DropReason) {
-        self.counters.drops[r as usize] += 1;
+        self.counters.drops.add(r, 1);
     }
 
     /// `Vring::sync`: the ring starts at the first burst (loopback base:

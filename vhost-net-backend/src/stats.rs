@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
-//! Per-queue counters.
+//! Counters, and the one vocabulary of drops ([`DropReason`]) that guest
+//! queues, uplinks and forwarding loops count in.
 //!
 //! Design: each queue accumulates counts in plain locals during a burst and
 //! publishes them with one `fetch_add` per counter per burst (`Relaxed`: the
@@ -33,11 +34,21 @@ pub enum DropReason {
     /// The guest broke the ring (avail index out of range); the queue stops
     /// until the frontend restarts it.
     RingBroken,
+    /// The frame's headers or offload metadata are malformed (a checksum
+    /// offset outside the frame, a super-frame whose headers do not parse),
+    /// so the software offload fallback could not complete it.
+    Malformed,
+    /// The kernel lost frames before they reached us (an uplink's receive
+    /// ring or socket buffer overran).
+    Overrun,
+    /// The kernel refused a frame on transmit (a send error, or a qdisc or
+    /// driver drop).
+    Refused,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 11] = [
         DropReason::NoBuffers,
         DropReason::BadDescriptor,
         DropReason::BadAddress,
@@ -46,7 +57,13 @@ impl DropReason {
         DropReason::TooLong,
         DropReason::OffloadUnsupported,
         DropReason::RingBroken,
+        DropReason::Malformed,
+        DropReason::Overrun,
+        DropReason::Refused,
     ];
+
+    /// How many reasons there are.
+    pub const COUNT: usize = Self::ALL.len();
 
     /// A short snake_case name, for metrics labels and logs.
     pub const fn name(self) -> &'static str {
@@ -59,11 +76,47 @@ impl DropReason {
             DropReason::TooLong => "too_long",
             DropReason::OffloadUnsupported => "offload_unsupported",
             DropReason::RingBroken => "ring_broken",
+            DropReason::Malformed => "malformed",
+            DropReason::Overrun => "overrun",
+            DropReason::Refused => "refused",
         }
     }
 }
 
-const N_REASONS: usize = DropReason::ALL.len();
+impl std::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+const N_REASONS: usize = DropReason::COUNT;
+
+/// Drops counted by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DropCounts([u64; N_REASONS]);
+
+impl DropCounts {
+    /// Counts `n` drops for `r`.
+    #[inline]
+    pub fn add(&mut self, r: DropReason, n: u64) {
+        self.0[r as usize] += n;
+    }
+
+    /// Drops for one reason.
+    pub fn get(&self, r: DropReason) -> u64 {
+        self.0[r as usize]
+    }
+
+    /// All drops, whatever the reason.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// Each reason with its count, in [`DropReason::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL.into_iter().zip(self.0.iter().copied())
+    }
+}
 
 /// Counters of one virtqueue.
 #[derive(Debug, Default)]
@@ -87,19 +140,19 @@ pub struct QueueCounters {
     pub bytes: u64,
     /// Interrupts sent to the guest.
     pub notifications: u64,
-    /// Drops, indexed by `DropReason as usize`.
-    pub drops: [u64; N_REASONS],
+    /// Drops by reason.
+    pub drops: DropCounts,
 }
 
 impl QueueCounters {
     /// All drops, whatever the reason.
     pub fn dropped(&self) -> u64 {
-        self.drops.iter().sum()
+        self.drops.total()
     }
 
     /// Drops for one reason.
     pub fn drops_for(&self, r: DropReason) -> u64 {
-        self.drops[r as usize]
+        self.drops.get(r)
     }
 }
 
@@ -110,9 +163,9 @@ impl QueueStats {
             packets: self.packets.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             notifications: self.notifications.load(Ordering::Relaxed),
-            drops: [0; N_REASONS],
+            drops: DropCounts::default(),
         };
-        for (d, a) in c.drops.iter_mut().zip(&self.drops) {
+        for (d, a) in c.drops.0.iter_mut().zip(&self.drops) {
             *d = a.load(Ordering::Relaxed);
         }
         c

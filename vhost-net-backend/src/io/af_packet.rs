@@ -32,7 +32,7 @@
 //!   `send(fd, NULL, 0, MSG_DONTWAIT)` for all queued slots; the kernel
 //!   returns each slot (`TP_STATUS_AVAILABLE`) when its skb is freed. When
 //!   no slot is free, `tx_push` flushes once and then reports
-//!   [`TxError::Full`]. A frame the qdisc or driver drops (`ENOBUFS`) is
+//!   [`DropReason::NoBuffers`]. A frame the qdisc or driver drops (`ENOBUFS`) is
 //!   dropped for good rather than retried, so it cannot block the ring.
 //! * **Offloads on transmit**: partial checksums and `GSO_TCPV4`,
 //!   `GSO_TCPV6`, `GSO_UDP` (UFO) and `GSO_UDP_L4` (USO) super-frames are
@@ -43,22 +43,25 @@
 //!   kernel's `virtio_net_hdr_to_skb` would refuse (unknown type, GSO
 //!   without `F_NEEDS_CSUM` or with `gso_size` 0, checksum field outside the
 //!   frame or at the wrong offset, more than 64 USO segments): such frames
-//!   get [`TxError::Offload`]. The socket runs with `PACKET_LOSS`, so a
+//!   get [`DropReason::OffloadUnsupported`]. The socket runs with `PACKET_LOSS`, so a
 //!   frame the kernel still refuses is skipped instead of blocking the
 //!   ring; the kernel does not say which, so such refusals are counted as
-//!   one `tx_dropped` per flush in which they happen.
+//!   one `Refused` drop per flush in which they happen.
 //! * The socket ignores its own transmissions (`PACKET_IGNORE_OUTGOING`),
 //!   joins the interface's promiscuous membership (so frames for the
 //!   guests' MACs arrive) and may bypass the qdisc layer
 //!   (`PACKET_QDISC_BYPASS`) and join a `PACKET_FANOUT` group to spread one
 //!   interface over several sockets.
 //!
-//! * **Counters**: `rx_dropped` counts frames truncated by the ring,
-//!   malformed ones the software fallback refused, and the kernel's own
-//!   drops (ring full), read from `PACKET_STATISTICS` when a block comes
-//!   with `TP_STATUS_LOSING`. `tx_dropped` counts frames refused with
-//!   [`TxError::TooLarge`] or [`TxError::Offload`] and frames the kernel
-//!   dropped; [`TxError::Full`] is not a drop (the caller may retry).
+//! * **Counters** (by [`DropReason`]): on receive, `TooLong` for frames
+//!   truncated by the ring, `Malformed` for ones the software fallback
+//!   refused (or a block the kernel filled inconsistently), `Overrun` for the
+//!   kernel's own drops (ring full), read from `PACKET_STATISTICS` when a
+//!   block comes with `TP_STATUS_LOSING`. On transmit, `TooLong` for frames
+//!   larger than a slot and `Refused` for frames the kernel dropped;
+//!   `NoBuffers` and `OffloadUnsupported` are returned uncounted (the
+//!   caller retries, completes the frame in software, or records the drop
+//!   with [`Uplink::tx_drop`]).
 //!
 //! Hot path: no allocation, no lock, at most one syscall per burst per
 //! direction (plus one `PACKET_STATISTICS` read when the kernel flags a
@@ -74,10 +77,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::offload::{self, Segmenter};
-use super::{TxError, Uplink, UplinkCounters, UplinkOffloads};
+use super::{Uplink, UplinkCounters, UplinkOffloads};
 use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
 use crate::queue::{copy_frame, FrameSource};
+use crate::stats::{DropCounts, DropReason};
 
 /// `SO_SNDBUFFORCE` where the generic socket option numbers apply.
 #[cfg(any(
@@ -197,7 +201,8 @@ impl Default for TxRingConfig {
 pub struct AfPacketConfig {
     /// Carry offloads (partial checksums, TSO/UFO/USO super-frames) to and
     /// from the kernel. When false the uplink announces no offloads: frames
-    /// to transmit must be complete ([`TxError::Offload`] otherwise), and
+    /// to transmit must be complete ([`DropReason::OffloadUnsupported`]
+    /// otherwise), and
     /// received partial checksums and super-frames are completed and
     /// segmented in software before they are lent. (The socket takes the
     /// kernel's virtio-net header either way: it is what identifies them.)
@@ -207,7 +212,7 @@ pub struct AfPacketConfig {
     /// and the kernel cannot segment in software on this path: super-frames
     /// reach only interfaces that segment them themselves (veth does; check
     /// `ethtool -k` for others) and are dropped otherwise (counted in
-    /// `tx_dropped`). Off by default.
+    /// `tx_drops` as `Refused`). Off by default.
     pub qdisc_bypass: bool,
     /// Put the interface in promiscuous mode while the socket is open
     /// (`PACKET_MR_PROMISC` membership), so frames for the guests' MAC
@@ -920,7 +925,8 @@ impl Uplink for AfPacket {
         max: usize,
         f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
     ) -> io::Result<usize> {
-        let (mut lent, mut dropped, mut bytes) = (0usize, 0u64, 0u64);
+        let (mut lent, mut bytes) = (0usize, 0u64);
+        let mut drops = DropCounts::default();
         let rx_offloads = self.offloads.rx;
         let block_size = self.rx.block_size;
         while lent < max {
@@ -940,7 +946,7 @@ impl Uplink for AfPacket {
                 None => {
                     if status & libc::TP_STATUS_LOSING != 0 {
                         if let Ok(st) = packet_stats(self.fd.as_raw_fd()) {
-                            dropped += u64::from(st.tp_drops);
+                            drops.add(DropReason::Overrun, u64::from(st.tp_drops));
                         }
                     }
                     let n = ne_u32(body, at(12)).unwrap_or(0);
@@ -954,7 +960,7 @@ impl Uplink for AfPacket {
             while remaining > 0 && lent < max {
                 // A frame's header must lie after the block descriptor.
                 if off < 48 {
-                    dropped += u64::from(remaining);
+                    drops.add(DropReason::Malformed, u64::from(remaining));
                     remaining = 0;
                     break;
                 }
@@ -966,7 +972,7 @@ impl Uplink for AfPacket {
                     ne_u32(body, h + offset_of!(libc::tpacket3_hdr, tp_status)),
                     ne_u16(body, h + offset_of!(libc::tpacket3_hdr, tp_mac)),
                 ) else {
-                    dropped += u64::from(remaining);
+                    drops.add(DropReason::Malformed, u64::from(remaining));
                     remaining = 0;
                     break;
                 };
@@ -1030,12 +1036,13 @@ impl Uplink for AfPacket {
                 };
                 match delivered {
                     Some(n) => lent += n,
-                    None => dropped += 1,
+                    None if !whole => drops.add(DropReason::TooLong, 1),
+                    None => drops.add(DropReason::Malformed, 1),
                 }
                 if remaining > 0 {
                     let next = next as usize;
                     if next == 0 || off + next + TPACKET3_HDR > block_size {
-                        dropped += u64::from(remaining);
+                        drops.add(DropReason::Malformed, u64::from(remaining));
                         remaining = 0;
                     } else {
                         off += next;
@@ -1060,29 +1067,24 @@ impl Uplink for AfPacket {
         }
         self.counters.rx_packets += lent as u64;
         self.counters.rx_bytes += bytes;
-        self.counters.rx_dropped += dropped;
+        for (r, n) in drops.iter() {
+            self.counters.rx_drops.add(r, n);
+        }
         Ok(lent)
     }
 
-    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), TxError> {
+    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), DropReason> {
         let len = frame.frame_len();
         if len > self.max_tx_frame() {
-            self.counters.tx_dropped += 1;
-            return Err(TxError::TooLarge);
+            self.counters.tx_drops.add(DropReason::TooLong, 1);
+            return Err(DropReason::TooLong);
         }
         let hdr = if self.offloads.tx != 0 {
-            offload::kernel_tx_header(hdr, len)
+            offload::kernel_tx_header(hdr, len)?
         } else if hdr.is_gso() || hdr.needs_csum() {
-            Err(TxError::Offload)
+            return Err(DropReason::OffloadUnsupported);
         } else {
-            Ok(VirtioNetHdr::default())
-        };
-        let hdr = match hdr {
-            Ok(h) => h,
-            Err(e) => {
-                self.counters.tx_dropped += 1;
-                return Err(e);
-            }
+            VirtioNetHdr::default()
         };
         let i = self.tx.head;
         if self.tx.status(i).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
@@ -1092,7 +1094,7 @@ impl Uplink for AfPacket {
                 let _ = self.tx_flush();
             }
             if self.tx.status(i).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
-                return Err(TxError::Full);
+                return Err(DropReason::NoBuffers);
             }
         }
         let slot = self.tx.slot(i);
@@ -1126,7 +1128,7 @@ impl Uplink for AfPacket {
     /// One `send(MSG_DONTWAIT)` when frames are queued; none otherwise.
     /// `EAGAIN` (send buffer full) leaves the frames queued for the next
     /// flush. `ENOBUFS` (the qdisc or, with qdisc bypass, the driver dropped
-    /// a frame) drops that frame, counted in `tx_dropped`; the frames queued
+    /// a frame) drops that frame, counted as `Refused`; the frames queued
     /// behind it go at the next flush. Neither is an error.
     fn tx_flush(&mut self) -> io::Result<()> {
         if self.tx.unsent == 0 {
@@ -1147,7 +1149,7 @@ impl Uplink for AfPacket {
             // send(), which has returned).
             unsafe { self.tx.set_len(i, 0) };
             self.tx.lens[i] = DROPPED;
-            self.counters.tx_dropped += 1;
+            self.counters.tx_drops.add(DropReason::Refused, 1);
         }
         let accepted = match &res {
             Ok(n) => *n as u64,
@@ -1158,12 +1160,16 @@ impl Uplink for AfPacket {
         let refused = u64::from(accepted < bytes && frames > 0);
         self.counters.tx_packets += frames as u64 - refused;
         self.counters.tx_bytes += accepted.min(bytes);
-        self.counters.tx_dropped += refused;
+        self.counters.tx_drops.add(DropReason::Refused, refused);
         match res {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    fn tx_drop(&mut self, reason: DropReason) {
+        self.counters.tx_drops.add(reason, 1);
     }
 
     fn rx_fd(&self) -> RawFd {

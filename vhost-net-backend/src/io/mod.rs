@@ -12,12 +12,16 @@
 //! may produce ([`UplinkOffloads`]); the software fallbacks in [`offload`]
 //! complete checksums and segment super-frames for destinations that lack
 //! them.
+//!
+//! Frames lost on the way are counted by [`DropReason`], as the guest
+//! queues count theirs ([`UplinkCounters`]).
 
 use std::io;
 use std::os::fd::RawFd;
 
 use crate::net_hdr::VirtioNetHdr;
 use crate::queue::FrameSource;
+use crate::stats::{DropCounts, DropReason};
 
 pub mod af_packet;
 pub mod af_xdp;
@@ -39,38 +43,40 @@ pub struct UplinkOffloads {
     pub rx: u64,
 }
 
-/// Why a frame could not be queued for transmission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TxError {
-    /// No free transmit buffer: flush and retry later (back-pressure).
-    #[error("no free transmit buffer")]
-    Full,
-    /// The frame is larger than the uplink's buffers (or its MTU, without
-    /// segmentation offload).
-    #[error("frame too large")]
-    TooLarge,
-    /// The frame's header asks for an offload the uplink does not accept
-    /// (segment or checksum it in software first, see [`offload`]).
-    #[error("offload not supported")]
-    Offload,
-}
-
 /// Counters of an uplink.
+///
+/// Drops are counted by [`DropReason`], the vocabulary guest queues use:
+/// `rx` drops are frames lost on the way in (`TooLong`: truncated by the
+/// uplink's buffers; `Overrun`: lost by the kernel; `Malformed`: bad offload
+/// metadata), `tx` drops frames that did not leave (`TooLong`, `Refused` by
+/// the kernel, and whatever a caller gave up on through
+/// [`Uplink::tx_drop`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UplinkCounters {
     /// Frames received.
     pub rx_packets: u64,
     /// Bytes received.
     pub rx_bytes: u64,
-    /// Frames dropped on receive (truncated, ring overrun reported by the
-    /// kernel, malformed metadata).
-    pub rx_dropped: u64,
     /// Frames handed to the kernel.
     pub tx_packets: u64,
     /// Bytes handed to the kernel.
     pub tx_bytes: u64,
-    /// Frames the kernel refused or that could not be queued.
-    pub tx_dropped: u64,
+    /// Frames lost on receive, by reason.
+    pub rx_drops: DropCounts,
+    /// Frames that could not be sent, by reason.
+    pub tx_drops: DropCounts,
+}
+
+impl UplinkCounters {
+    /// Frames lost on receive, whatever the reason.
+    pub fn rx_dropped(&self) -> u64 {
+        self.rx_drops.total()
+    }
+
+    /// Frames that could not be sent, whatever the reason.
+    pub fn tx_dropped(&self) -> u64 {
+        self.tx_drops.total()
+    }
 }
 
 /// Packet I/O to the host, in bursts.
@@ -98,8 +104,23 @@ pub trait Uplink: Send {
     /// at the next [`Uplink::tx_flush`] (or earlier, when buffers run out).
     ///
     /// # Errors
-    /// See [`TxError`]; the frame was not queued.
-    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), TxError>;
+    /// The frame was not queued, for the reason returned:
+    ///
+    /// * `NoBuffers`: no free transmit buffer (back-pressure). Flush and
+    ///   retry, or give up and record the drop with [`Uplink::tx_drop`].
+    /// * `OffloadUnsupported`: the header asks for an offload the uplink does
+    ///   not accept (or that its kernel would refuse). Complete or segment the
+    ///   frame in software ([`offload`]) and push the result, or record the
+    ///   drop with [`Uplink::tx_drop`].
+    /// * any other reason (`TooLong`, ...): a drop, already counted.
+    ///
+    /// So every frame is counted once: sent, or dropped for one reason.
+    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), DropReason>;
+
+    /// Records a frame the caller gave up on after `tx_push` refused it with
+    /// a reason the uplink does not count itself (`NoBuffers`,
+    /// `OffloadUnsupported`), or for a reason of the caller's own.
+    fn tx_drop(&mut self, reason: DropReason);
 
     /// Hands queued frames to the kernel and reclaims completed buffers.
     ///

@@ -34,9 +34,9 @@
 //! IPv6 destination address as is) and TCP urgent data spanning segments are
 //! not handled specially.
 
-use super::TxError;
 use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
+use crate::stats::DropReason;
 
 /// Why a frame could not be checksummed or segmented in software.
 ///
@@ -74,6 +74,16 @@ pub enum OffloadError {
     /// A segment would exceed the scratch buffer or the IP length fields.
     #[error("segment too large")]
     TooLarge,
+}
+
+impl From<OffloadError> for DropReason {
+    /// What a frame the software fallback refused counts as.
+    fn from(e: OffloadError) -> Self {
+        match e {
+            OffloadError::TooLarge => DropReason::TooLong,
+            _ => DropReason::Malformed,
+        }
+    }
 }
 
 // ===== checksums =====
@@ -777,12 +787,12 @@ const UDP_MAX_SEGMENTS: usize = 64;
 /// frame.
 ///
 /// # Errors
-/// [`TxError::Offload`] for what the kernel would refuse: an unknown GSO
+/// [`DropReason::OffloadUnsupported`] for what the kernel would refuse: an unknown GSO
 /// type; GSO without `F_NEEDS_CSUM` (virtio 1.x 5.1.6.2 requires it) or with
 /// `gso_size` 0; ECN with USO; a checksum field outside the frame; a TCP
 /// checksum offset other than 16 or a USO one other than 6; more than 64
 /// USO segments.
-pub fn kernel_tx_header(hdr: &VirtioNetHdr, len: usize) -> Result<VirtioNetHdr, TxError> {
+pub fn kernel_tx_header(hdr: &VirtioNetHdr, len: usize) -> Result<VirtioNetHdr, DropReason> {
     let mut h = *hdr;
     h.num_buffers = 0;
     h.flags &= net_hdr::F_NEEDS_CSUM;
@@ -791,28 +801,30 @@ pub fn kernel_tx_header(hdr: &VirtioNetHdr, len: usize) -> Result<VirtioNetHdr, 
         net_hdr::GSO_NONE => 0,
         net_hdr::GSO_TCPV4 | net_hdr::GSO_TCPV6 => TCP_MIN_HLEN,
         net_hdr::GSO_UDP | net_hdr::GSO_UDP_L4 => UDP_HLEN,
-        _ => return Err(TxError::Offload),
+        _ => return Err(DropReason::OffloadUnsupported),
     };
     if kind != net_hdr::GSO_NONE {
         if h.gso_size == 0 || !h.needs_csum() {
-            return Err(TxError::Offload);
+            return Err(DropReason::OffloadUnsupported);
         }
         if kind == net_hdr::GSO_UDP_L4 && h.gso_type & net_hdr::GSO_ECN != 0 {
-            return Err(TxError::Offload);
+            return Err(DropReason::OffloadUnsupported);
         }
     }
     if h.needs_csum() {
         let start = usize::from(h.csum_start);
         let off = usize::from(h.csum_offset);
         if start + thlen.max(off + 2) > len {
-            return Err(TxError::Offload);
+            return Err(DropReason::OffloadUnsupported);
         }
         match kind {
-            net_hdr::GSO_TCPV4 | net_hdr::GSO_TCPV6 if off != 16 => return Err(TxError::Offload),
+            net_hdr::GSO_TCPV4 | net_hdr::GSO_TCPV6 if off != 16 => {
+                return Err(DropReason::OffloadUnsupported)
+            }
             net_hdr::GSO_UDP_L4 => {
                 let payload = len - start - UDP_HLEN;
                 if off != 6 || payload > usize::from(h.gso_size) * UDP_MAX_SEGMENTS {
-                    return Err(TxError::Offload);
+                    return Err(DropReason::OffloadUnsupported);
                 }
             }
             _ => {}
@@ -1671,7 +1683,8 @@ mod tests {
         };
         let ok = kernel_tx_header(&tso, 3000).unwrap();
         assert_eq!(ok.num_buffers, 0);
-        let bad = |h: VirtioNetHdr, len| kernel_tx_header(&h, len) == Err(TxError::Offload);
+        let bad =
+            |h: VirtioNetHdr, len| kernel_tx_header(&h, len) == Err(DropReason::OffloadUnsupported);
         assert!(bad(VirtioNetHdr { gso_size: 0, ..tso }, 3000));
         assert!(bad(VirtioNetHdr { flags: 0, ..tso }, 3000));
         assert!(bad(VirtioNetHdr { gso_type: 2, ..tso }, 3000));

@@ -13,9 +13,9 @@
 //!   [`Uplink::tx_flush`] has nothing to do). No allocation per frame.
 //! * **Transmit offloads**: partial checksums and TSO/UFO/USO super-frames
 //!   go to the kernel as they are (`virtio_net_hdr_to_skb`); headers the
-//!   kernel would refuse get [`TxError::Offload`] first
+//!   kernel would refuse get [`DropReason::OffloadUnsupported`] first
 //!   ([`offload::kernel_tx_header`]), and a frame it still refuses
-//!   (e.g. the device is down) is counted in `tx_dropped`.
+//!   (e.g. the device is down) is counted as a `Refused` drop.
 //! * **Receive offloads** are what [`Tap::set_offloads`] enabled
 //!   (`TUNSETOFFLOAD`), from the guest's acked features: `GUEST_CSUM` →
 //!   `TUN_F_CSUM`, `GUEST_TSO4` → `TUN_F_TSO4`, `GUEST_TSO6` → `TUN_F_TSO6`,
@@ -28,11 +28,13 @@
 //!   one frame and a burst lends at most `max`).
 //! * The TAP keeps 802.1Q tags in the frame, so frames are lent and taken
 //!   exactly as on the wire.
-//! * **Counters**: `tx_dropped` counts frames refused with
-//!   [`TxError::TooLarge`] or [`TxError::Offload`] and frames the kernel
-//!   refused; [`TxError::Full`] (`EAGAIN`) is not a drop (the caller may
-//!   retry). `rx_dropped` counts runts and frames the software fallback
-//!   refused.
+//! * **Counters** (by [`DropReason`]): on transmit, `TooLong` for frames
+//!   larger than the TX buffer and `Refused` for frames the kernel refused;
+//!   `NoBuffers` (`EAGAIN`) and `OffloadUnsupported` are returned uncounted
+//!   (the caller retries, completes the frame in software, or records the
+//!   drop with [`Uplink::tx_drop`]). On receive, `TooLong` for frames
+//!   larger than the read buffer, `TooShort` for runts, `Malformed` for
+//!   frames the software fallback refused.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
@@ -42,10 +44,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use super::offload::{self, Segmenter};
-use super::{TxError, Uplink, UplinkCounters, UplinkOffloads};
+use super::{Uplink, UplinkCounters, UplinkOffloads};
 use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
 use crate::queue::{copy_frame, FrameSource};
+use crate::stats::{DropCounts, DropReason};
 
 /// The TUN/TAP clone device.
 const TUN_PATH: &str = "/dev/net/tun";
@@ -337,7 +340,8 @@ impl Uplink for Tap {
         max: usize,
         f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
     ) -> io::Result<usize> {
-        let (mut reads, mut lent, mut bytes, mut dropped) = (0, 0usize, 0u64, 0u64);
+        let (mut reads, mut lent, mut bytes) = (0, 0usize, 0u64);
+        let mut drops = DropCounts::default();
         let mut result = Ok(());
         while reads < max {
             let n = match (&self.file).read(&mut self.rx_buf) {
@@ -347,7 +351,7 @@ impl Uplink for Tap {
                 // The frame did not fit the buffer (it is consumed).
                 Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
                     reads += 1;
-                    dropped += 1;
+                    drops.add(DropReason::TooLong, 1);
                     continue;
                 }
                 Err(e) => {
@@ -357,7 +361,7 @@ impl Uplink for Tap {
             };
             reads += 1;
             if n < VNET_LEN + 14 {
-                dropped += 1;
+                drops.add(DropReason::TooShort, 1);
                 continue;
             }
             let mut raw = [0u8; net_hdr::MAX_HDR_LEN];
@@ -376,29 +380,26 @@ impl Uplink for Tap {
             );
             match r {
                 Ok(k) => lent += k,
-                Err(_) => dropped += 1,
+                Err(_) => drops.add(DropReason::Malformed, 1),
             }
         }
         self.counters.rx_packets += lent as u64;
         self.counters.rx_bytes += bytes;
-        self.counters.rx_dropped += dropped;
+        for (r, n) in drops.iter() {
+            self.counters.rx_drops.add(r, n);
+        }
         result.map(|()| lent)
     }
 
-    /// Writes the frame at once (one `write`); `EAGAIN` is [`TxError::Full`].
-    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), TxError> {
+    /// Writes the frame at once (one `write`); `EAGAIN` is
+    /// [`DropReason::NoBuffers`].
+    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), DropReason> {
         let len = frame.frame_len();
         if len > MAX_TX_FRAME {
-            self.counters.tx_dropped += 1;
-            return Err(TxError::TooLarge);
+            self.counters.tx_drops.add(DropReason::TooLong, 1);
+            return Err(DropReason::TooLong);
         }
-        let hdr = match offload::kernel_tx_header(hdr, len) {
-            Ok(h) => h,
-            Err(e) => {
-                self.counters.tx_dropped += 1;
-                return Err(e);
-            }
-        };
+        let hdr = offload::kernel_tx_header(hdr, len)?;
         self.tx_buf[..VNET_LEN].copy_from_slice(&hdr.to_bytes());
         let copied = copy_frame(frame, &mut self.tx_buf[VNET_LEN..VNET_LEN + len]);
         debug_assert_eq!(copied, len);
@@ -409,16 +410,22 @@ impl Uplink for Tap {
                     self.counters.tx_bytes += len as u64;
                     return Ok(());
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(TxError::Full),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(DropReason::NoBuffers)
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     // Refused by the kernel (bad metadata, device down):
                     // the frame is gone, and counted.
-                    self.counters.tx_dropped += 1;
+                    self.counters.tx_drops.add(DropReason::Refused, 1);
                     return Ok(());
                 }
             }
         }
+    }
+
+    fn tx_drop(&mut self, reason: DropReason) {
+        self.counters.tx_drops.add(reason, 1);
     }
 
     /// Nothing to do: `tx_push` writes each frame at once.

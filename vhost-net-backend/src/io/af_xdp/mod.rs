@@ -101,7 +101,7 @@
 //!
 //! None: AF_XDP carries bare Ethernet frames. [`tx_push`] refuses a frame
 //! whose header asks for segmentation or checksum completion
-//! ([`TxError::Offload`]); the caller completes it in software first
+//! ([`DropReason::OffloadUnsupported`]); the caller completes it in software first
 //! ([`crate::io::offload`]). Received frames come with an empty header.
 //!
 //! # Requirements
@@ -129,9 +129,10 @@ use std::sync::Arc;
 
 use self::ring::{ConsumerRing, ProducerRing, RingMem};
 use self::umem::Umem;
-use super::{TxError, Uplink, UplinkCounters, UplinkOffloads};
+use super::{Uplink, UplinkCounters, UplinkOffloads};
 use crate::net_hdr::VirtioNetHdr;
 use crate::queue::{copy_frame, FrameSource};
+use crate::stats::DropReason;
 
 /// Slots in the XSKMAP, i.e. the highest RX queue index + 1 a program can
 /// serve. 1024 covers every NIC's channel count; each slot is one pointer
@@ -1096,7 +1097,7 @@ impl AfXdp {
                     Some(libc::EAGAIN | libc::EINTR | libc::ENOBUFS) => {}
                     Some(libc::EBUSY) => {
                         if self.bind_mode == BindMode::Copy {
-                            self.counters.tx_dropped = self.counters.tx_dropped.wrapping_add(1);
+                            self.counters.tx_drops.add(DropReason::Refused, 1);
                         }
                     }
                     _ => return Err(e),
@@ -1180,7 +1181,7 @@ impl Uplink for AfXdp {
         let c = &mut self.counters;
         c.rx_packets = c.rx_packets.wrapping_add(lent as u64);
         c.rx_bytes = c.rx_bytes.wrapping_add(bytes);
-        c.rx_dropped = c.rx_dropped.wrapping_add(bad);
+        c.rx_drops.add(DropReason::TooLong, bad);
         if self.need_wakeup && self.fill.needs_wakeup() {
             if let Err(e) = sys::kick_rx(self.fd.as_fd()) {
                 if !matches!(
@@ -1197,20 +1198,21 @@ impl Uplink for AfXdp {
     /// Hot path: no allocation, no lock; no syscall unless TX frames run
     /// out (then one flush).
     ///
-    /// Frames shorter than an Ethernet header are counted as dropped and
+    /// Frames shorter than an Ethernet header are dropped (`TooShort`) and
     /// not sent (the kernel would discard their descriptor without a
     /// completion, losing the frame buffer).
-    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), TxError> {
+    fn tx_push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), DropReason> {
         if hdr.is_gso() || hdr.needs_csum() {
-            return Err(TxError::Offload);
+            return Err(DropReason::OffloadUnsupported);
         }
         let len = frame.frame_len();
         if len > self.tx_max_len {
-            return Err(TxError::TooLarge);
+            self.counters.tx_drops.add(DropReason::TooLong, 1);
+            return Err(DropReason::TooLong);
         }
         if len < ETH_HLEN {
-            self.counters.tx_dropped = self.counters.tx_dropped.wrapping_add(1);
-            return Ok(());
+            self.counters.tx_drops.add(DropReason::TooShort, 1);
+            return Err(DropReason::TooShort);
         }
         if !self.tx_room() {
             self.reap_completions();
@@ -1219,7 +1221,7 @@ impl Uplink for AfXdp {
                 // error here resurfaces at the caller's next tx_flush.
                 let _ = self.flush();
                 if !self.tx_room() {
-                    return Err(TxError::Full);
+                    return Err(DropReason::NoBuffers);
                 }
             }
         }
@@ -1233,8 +1235,8 @@ impl Uplink for AfXdp {
             // The source wrote less than it announced: never hand the
             // kernel a runt descriptor (it would keep the frame).
             self.tx_free.push(base);
-            self.counters.tx_dropped = self.counters.tx_dropped.wrapping_add(1);
-            return Ok(());
+            self.counters.tx_drops.add(DropReason::TooShort, 1);
+            return Err(DropReason::TooShort);
         }
         let pushed = self.tx.push(libc::xdp_desc {
             addr: base,
@@ -1254,6 +1256,10 @@ impl Uplink for AfXdp {
         self.flush()
     }
 
+    fn tx_drop(&mut self, reason: DropReason) {
+        self.counters.tx_drops.add(reason, 1);
+    }
+
     fn rx_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
@@ -1263,19 +1269,18 @@ impl Uplink for AfXdp {
     }
 
     /// Our counters plus the kernel's drops (`XDP_STATISTICS`, one
-    /// `getsockopt`; not for the hot path): RX drops
-    /// include frames the kernel could not deliver (fill ring empty, RX
-    /// ring full, frame larger than a UMEM frame), TX drops include
-    /// invalid descriptors and at least one frame per `EBUSY` from the
-    /// device.
+    /// `getsockopt`; not for the hot path): RX `Overrun` drops are the
+    /// frames the kernel could not deliver (fill ring empty, RX ring full,
+    /// frame larger than a UMEM frame), TX `Refused` drops include invalid
+    /// descriptors and at least one frame per `EBUSY` from the device.
     fn counters(&self) -> UplinkCounters {
         let mut c = self.counters;
         if let Ok(k) = self.kernel_stats() {
-            c.rx_dropped = c
-                .rx_dropped
-                .wrapping_add(k.rx_dropped)
-                .wrapping_add(k.rx_ring_full);
-            c.tx_dropped = c.tx_dropped.wrapping_add(k.tx_invalid_descs);
+            c.rx_drops.add(
+                DropReason::Overrun,
+                k.rx_dropped.wrapping_add(k.rx_ring_full),
+            );
+            c.tx_drops.add(DropReason::Refused, k.tx_invalid_descs);
         }
         c
     }
