@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
 # The whole test suite: the README's test command, and what .ci/run calls.
 #
-# Installs every peer the tests use (scripts/install-peers.sh: DPDK testpmd,
-# QEMU 10, the guest kernel and initramfs, hugepages), checks formatting and
-# lints, then runs unit tests, in-process driver tests, and the end-to-end
-# tests against real peers (QEMU guests, dpdk-testpmd). Needs root.
+# Runs the quick check first (scripts/check.sh: formatting, lints, docs, unit
+# and in-process driver tests, in release mode), installs every peer the
+# tests use (scripts/install-peers.sh: DPDK testpmd, QEMU 10, the guest kernel
+# and initramfs, hugepages), then runs the fuzz targets and the end-to-end
+# tests against real peers (QEMU guests, dpdk-testpmd, network namespaces).
+# Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,19 +18,14 @@ fi
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "quick check (scripts/check.sh --release)"
+scripts/check.sh --release
+
 step "installing peers"
 scripts/install-peers.sh
 
-step "format and lints"
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --all-features -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
-
 step "build (release, with examples)"
 cargo build --release --workspace --examples
-
-step "unit and in-process tests"
-cargo test --release --no-fail-fast --workspace --all-features
 
 step "fuzz targets: seed replay, then a 30 s libFuzzer run each"
 (cd fuzz && cargo test --release)
