@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! # vhu-api
+//!
+//! The types of `vhu-switch`'s control API, shared by the switch, `vhuctl`,
+//! `vhu-cni` and the tests, so that a port means the same thing in a
+//! `POST /ports` body, in `GET /ports/{name}` and in the switch's
+//! configuration file.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`mac`] | [`MacAddr`]: parsed from and printed as `aa:bb:cc:dd:ee:ff` |
+//! | [`port`] | [`PortSpec`] (the port object), its kinds, roles, VLAN modes, and [`PortSpec::validate`] |
+//! | [`error`] | [`ApiError`], the `{"error": "..."}` body of every refused request |
+//!
+//! Validation happens here, not in the handlers: a spec that passes
+//! [`PortSpec::validate`] names a port the switch can try to create (what
+//! is left to check needs the host: does the interface exist, is the socket
+//! free).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod mac;
+pub mod port;
+
+pub use error::ApiError;
+pub use mac::MacAddr;
+pub use port::{FieldError, PortKind, PortSpec, Role, Vlan, ZeroCopy};
