@@ -44,11 +44,20 @@ pub enum DropReason {
     /// The kernel refused a frame on transmit (a send error, or a qdisc or
     /// driver drop).
     Refused,
+    /// A forwarding decision: the frame's source MAC is not one the port
+    /// may send from (anti-spoofing).
+    Spoofed,
+    /// A forwarding decision: the frame's VLAN (or its being untagged) is
+    /// not allowed on the port.
+    VlanDenied,
+    /// A forwarding decision: the destination is on the port the frame came
+    /// from.
+    Hairpin,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::NoBuffers,
         DropReason::BadDescriptor,
         DropReason::BadAddress,
@@ -60,6 +69,9 @@ impl DropReason {
         DropReason::Malformed,
         DropReason::Overrun,
         DropReason::Refused,
+        DropReason::Spoofed,
+        DropReason::VlanDenied,
+        DropReason::Hairpin,
     ];
 
     /// How many reasons there are.
@@ -79,6 +91,9 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::Overrun => "overrun",
             DropReason::Refused => "refused",
+            DropReason::Spoofed => "spoofed",
+            DropReason::VlanDenied => "vlan_denied",
+            DropReason::Hairpin => "hairpin",
         }
     }
 }

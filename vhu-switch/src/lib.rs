@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! # vhu-switch
+//!
+//! The reference L2 switch on `vhost-net-backend`: VM and pod ports
+//! (vhost-user), NICs (AF_XDP, AF_PACKET) and TAPs, MAC learning per VLAN,
+//! flooding within the VLAN, one copy per destination.
+//!
+//! The forwarding core is pure code, kept apart from I/O so that it can be
+//! tested, benchmarked and fuzzed on its own:
+//!
+//! | module | question it answers |
+//! |---|---|
+//! | [`vlan`] | which VLAN does a frame arriving on this port belong to, and how does it leave another port (tag kept, pushed, popped) |
+//! | [`fdb`] | on which port is `(vlan, mac)`: learning, moves, aging, limits, static entries |
+//! | [`decide`] | given the ingress port and the frame's head: forward to one port, flood the VLAN, or drop (and why) |
+//!
+//! `decide` never touches guest memory or a destination; destinations never
+//! see the FDB.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod decide;
+pub mod fdb;
+pub mod vlan;
+
+/// A port's index in the switch's port table (dense, reused after a port is
+/// removed and its FDB entries are gone).
+pub type PortId = u32;
