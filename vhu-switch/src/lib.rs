@@ -13,12 +13,14 @@
 //! | [`vlan`] | which VLAN does a frame arriving on this port belong to, and how does it leave another port (tag kept, pushed, popped) |
 //! | [`fdb`] | on which port is `(vlan, mac)`: learning, moves, aging, limits, static entries |
 //! | [`decide`] | given the ingress port and the frame's head: forward to one port, flood the VLAN, or drop (and why) |
+//! | [`api`] | the control API on a Unix socket: HTTP/1.1, routes, handlers |
 //!
 //! `decide` never touches guest memory or a destination; destinations never
 //! see the FDB.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod decide;
 pub mod fdb;
 pub mod vlan;
