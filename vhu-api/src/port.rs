@@ -163,7 +163,11 @@ impl<'de> Deserialize<'de> for Vlan {
                     .map_err(|_| E::custom(format!("VLAN id {v} is out of range 1-4094")))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Vlan, E> {
-                Err(E::custom(format!("VLAN id {v} is out of range 1-4094")))
+                // TOML integers are signed.
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(format!("VLAN id {v} is out of range 1-4094"))),
+                }
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Vlan, A::Error> {
                 let mut allowed: Option<Vec<u32>> = None;

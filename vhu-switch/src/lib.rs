@@ -13,6 +13,7 @@
 //! | [`vlan`] | which VLAN does a frame arriving on this port belong to, and how does it leave another port (tag kept, pushed, popped) |
 //! | [`fdb`] | on which port is `(vlan, mac)`: learning, moves, aging, limits, static entries |
 //! | [`decide`] | given the ingress port and the frame's head: forward to one port, flood the VLAN, or drop (and why) |
+//! | [`config`] | embedded defaults, the TOML file and flags -> a validated configuration, every error at once with its place |
 //! | [`api`] | the control API on a Unix socket: HTTP/1.1, routes, handlers |
 //!
 //! `decide` never touches guest memory or a destination; destinations never
@@ -21,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod config;
 pub mod decide;
 pub mod fdb;
 pub mod vlan;
