@@ -14,6 +14,7 @@
 //! | [`fdb`] | on which port is `(vlan, mac)`: learning, moves, aging, limits, static entries |
 //! | [`decide`] | given the ingress port and the frame's head: forward to one port, flood the VLAN, or drop (and why) |
 //! | [`config`] | embedded defaults, the TOML file and flags -> a validated configuration, every error at once with its place |
+//! | [`persist`] | the ports created through the API, written durably and read back at start |
 //! | [`api`] | the control API on a Unix socket: HTTP/1.1, routes, handlers |
 //!
 //! `decide` never touches guest memory or a destination; destinations never
@@ -25,6 +26,7 @@ pub mod api;
 pub mod config;
 pub mod decide;
 pub mod fdb;
+pub mod persist;
 pub mod vlan;
 
 /// A port's index in the switch's port table (dense, reused after a port is
