@@ -14,6 +14,7 @@
 //! | [`fdb`] | on which port is `(vlan, mac)`: learning, moves, aging, limits, static entries |
 //! | [`decide`] | given the ingress port and the frame's head: forward to one port, flood the VLAN, or drop (and why) |
 //! | [`config`] | embedded defaults, the TOML file and flags -> a validated configuration, every error at once with its place |
+//! | [`metrics`] | the Prometheus text exposition of a snapshot of the counters |
 //! | [`persist`] | the ports created through the API, written durably and read back at start |
 //! | [`api`] | the control API on a Unix socket: HTTP/1.1, routes, handlers |
 //!
@@ -26,6 +27,7 @@ pub mod api;
 pub mod config;
 pub mod decide;
 pub mod fdb;
+pub mod metrics;
 pub mod persist;
 pub mod vlan;
 
