@@ -10,6 +10,7 @@
 //! |---|---|
 //! | [`mac`] | [`MacAddr`]: parsed from and printed as `aa:bb:cc:dd:ee:ff` |
 //! | [`port`] | [`PortSpec`] (the port object), its kinds, roles, VLAN modes, and [`PortSpec::validate`] |
+//! | [`view`] | what the switch answers: [`PortView`] (a port and its state), [`PortStats`], FDB entries, health |
 //! | [`error`] | [`ApiError`], the `{"error": "..."}` body of every refused request |
 //!
 //! Validation happens here, not in the handlers: a spec that passes
@@ -22,7 +23,11 @@
 pub mod error;
 pub mod mac;
 pub mod port;
+pub mod view;
 
 pub use error::ApiError;
 pub use mac::MacAddr;
 pub use port::{FieldError, PortKind, PortSpec, Role, Vlan, ZeroCopy};
+pub use view::{
+    FdbAdd, FdbEntryView, Flushed, Health, LogLevel, PortState, PortStats, PortView, QueueStats,
+};
