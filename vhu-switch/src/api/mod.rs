@@ -3,3 +3,4 @@
 //! `/run/vhu/vhu.sock`, mode 0600: file permissions are the authentication).
 
 pub mod http;
+pub mod routes;
