@@ -3,4 +3,5 @@
 //! `/run/vhu/vhu.sock`, mode 0600: file permissions are the authentication).
 
 pub mod http;
+pub mod openapi;
 pub mod routes;
