@@ -57,6 +57,20 @@ fn hostile_epilogue(echo: Echo, mut drv: TestDriver, other: Tally, drops: &[(Dro
     }
 }
 
+/// Gives the raw descriptors `descs` of pair 0's TX ring back to the driver, then
+/// [`hostile_epilogue`] with no other traffic before.
+fn release_then_epilogue(
+    echo: Echo,
+    mut drv: TestDriver,
+    descs: &[u16],
+    drops: &[(DropReason, u64)],
+) {
+    for &d in descs {
+        drv.release_desc(0, false, d).unwrap();
+    }
+    hostile_epilogue(echo, drv, Tally::default(), drops);
+}
+
 /// Writes descriptors into guest memory at `gpa` (an indirect table).
 fn write_table(drv: &TestDriver, gpa: u64, descs: &[(u64, u32, u16, u16)]) {
     let mut b = Vec::with_capacity(16 * descs.len());
@@ -140,9 +154,7 @@ fn hostile_descriptors_outside_guest_memory() {
         .unwrap();
     drv.write_desc(0, false, d2, below, 64, 0, 0).unwrap();
     expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadAddress);
-    drv.release_desc(0, false, d).unwrap();
-    drv.release_desc(0, false, d2).unwrap();
-    hostile_epilogue(echo, drv, Tally::default(), &[(DropReason::BadAddress, 5)]);
+    release_then_epilogue(echo, drv, &[d, d2], &[(DropReason::BadAddress, 5)]);
 }
 
 #[test]
@@ -161,14 +173,7 @@ fn hostile_descriptor_loop() {
     drv.write_desc(0, false, a, gpa, len, DESC_F_NEXT, a)
         .unwrap();
     expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
-    drv.release_desc(0, false, a).unwrap();
-    drv.release_desc(0, false, b).unwrap();
-    hostile_epilogue(
-        echo,
-        drv,
-        Tally::default(),
-        &[(DropReason::BadDescriptor, 2)],
-    );
+    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
 }
 
 #[test]
@@ -183,14 +188,7 @@ fn hostile_descriptor_loop_of_empty_buffers() {
     drv.write_desc(0, false, a, 0, 0, DESC_F_NEXT, 4096)
         .unwrap();
     expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
-    drv.release_desc(0, false, a).unwrap();
-    drv.release_desc(0, false, b).unwrap();
-    hostile_epilogue(
-        echo,
-        drv,
-        Tally::default(),
-        &[(DropReason::BadDescriptor, 2)],
-    );
+    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
 }
 
 #[test]
@@ -222,14 +220,7 @@ fn hostile_writable_buffer_in_a_tx_chain() {
     drv.write_desc(0, false, b, gpa, 64, DESC_F_WRITE, 0)
         .unwrap();
     expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
-    drv.release_desc(0, false, a).unwrap();
-    drv.release_desc(0, false, b).unwrap();
-    hostile_epilogue(
-        echo,
-        drv,
-        Tally::default(),
-        &[(DropReason::BadDescriptor, 2)],
-    );
+    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
 }
 
 #[test]
@@ -277,11 +268,10 @@ fn hostile_indirect_tables() {
     drv.write_desc(0, false, d, 0x1000, 16, DESC_F_INDIRECT, 0)
         .unwrap();
     expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadAddress);
-    drv.release_desc(0, false, d).unwrap();
-    hostile_epilogue(
+    release_then_epilogue(
         echo,
         drv,
-        Tally::default(),
+        &[d],
         &[(DropReason::BadDescriptor, 7), (DropReason::BadAddress, 1)],
     );
 }
@@ -345,8 +335,7 @@ fn hostile_zero_length_and_truncated_frames() {
     let d = drv.reserve_desc(0, false).expect("descriptor");
     drv.write_desc(0, false, d, 0, 0, 0, 0).unwrap();
     expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::TooShort);
-    drv.release_desc(0, false, d).unwrap();
-    hostile_epilogue(echo, drv, Tally::default(), &[(DropReason::TooShort, 4)]);
+    release_then_epilogue(echo, drv, &[d], &[(DropReason::TooShort, 4)]);
 }
 
 #[test]
@@ -416,13 +405,7 @@ fn hostile_chain_with_too_many_segments() {
         drv.tx_completions(0);
         drv.take_raw_used(0, false) == vec![(d, 0)]
     });
-    drv.release_desc(0, false, d).unwrap();
-    hostile_epilogue(
-        echo,
-        drv,
-        Tally::default(),
-        &[(DropReason::TooManySegments, 1)],
-    );
+    release_then_epilogue(echo, drv, &[d], &[(DropReason::TooManySegments, 1)]);
 }
 
 #[test]
