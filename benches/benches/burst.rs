@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
-//! ns/frame of the burst API over in-process rings (`testing::LoopbackGuest`):
+//! ns/frame of the burst API over in-process rings (`test_utils::LoopbackGuest`):
 //! guest-TX dequeue, guest-RX enqueue (with and without mergeable buffers)
 //! and the echo loop (TX of a pair reflected into its RX, one copy), for
 //! 64, 512, 1514 and 9000-byte frames, bursts of 1 and 32, split and packed
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use vhost_net_backend::device::bits;
-use vhost_net_backend::testing::{LoopbackGuest, LoopbackOpts};
+use vhost_net_backend::test_utils::{LoopbackGuest, LoopbackOpts};
 use vhost_net_backend::VirtioNetHdr;
 
 const SIZES: [usize; 4] = [64, 512, 1514, 9000];

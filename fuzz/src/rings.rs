@@ -50,7 +50,7 @@
 use vhost_net_backend::device::{bits, MAX_FRAME_LEN};
 use vhost_net_backend::net_hdr::{self, MAX_HDR_LEN};
 use vhost_net_backend::queue::{HEAD_LEN, MAX_RX_CHAINS};
-use vhost_net_backend::testing::{Layout, LoopbackGuest, LoopbackOpts};
+use vhost_net_backend::test_utils::{Layout, LoopbackGuest, LoopbackOpts};
 use vhost_net_backend::{DropReason, QueueCounters, TxFrame, VirtioNetHdr};
 
 use crate::input::{Enc, Input};

@@ -8,5 +8,6 @@
 
 pub mod echo;
 pub mod netns;
+pub mod peers;
 pub mod qemu;
 pub mod testpmd;

@@ -35,7 +35,9 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -44,23 +46,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::peers;
+
 /// Prefix of the namespaces made here (also what [`sweep_stale`] matches).
 pub const NETNS_PREFIX: &str = "vhunet-";
 
 /// Prefix of the interfaces made here.
 pub const IFACE_PREFIX: &str = "vn";
-
-/// `SIOCETHTOOL` through Python (no `ethtool` binary needed): each argument
-/// `CMD=VALUE` issues one `ethtool_value` set command on interface `argv[1]`.
-const ETHTOOL_PY: &str = r#"
-import array, fcntl, socket, struct, sys
-SIOCETHTOOL = 0x8946
-for pair in sys.argv[2:]:
-    cmd, val = (int(x, 0) for x in pair.split("="))
-    buf = array.array("B", struct.pack("II", cmd, val))
-    ifr = struct.pack("16sP16x", sys.argv[1].encode(), buf.buffer_info()[0])
-    fcntl.ioctl(socket.socket(socket.AF_INET, socket.SOCK_DGRAM), SIOCETHTOOL, ifr)
-"#;
 
 /// `ETHTOOL_SRXCSUM`: RX checksumming. Off on a veth end, the kernel
 /// verifies the checksums of what it receives there instead of trusting
@@ -260,6 +252,30 @@ impl Netns {
         NsProcess::spawn(cmd, format!("python3 -c <script> {}", args.join(" ")))
     }
 
+    /// Runs `f` on a thread that has entered the namespace (`setns`), and
+    /// returns what it returns. Sockets opened there stay bound to the
+    /// namespace after the thread ends.
+    ///
+    /// # Panics
+    ///
+    /// If the namespace cannot be entered, or `f` panics.
+    pub fn in_ns<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let ns = File::open(format!("/run/netns/{}", self.name))
+            .unwrap_or_else(|e| panic!("cannot open netns {}: {e}", self.name));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: `ns` is an open netns file; setns changes only the
+                // calling thread's network namespace, and this thread ends
+                // right after `f`.
+                let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "setns: {}", io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .expect("netns thread panicked")
+        })
+    }
+
     /// The counters of interface `ifname` in the namespace.
     ///
     /// # Panics
@@ -348,7 +364,7 @@ fn ethtool_args(ifname: &str, cmds: &[(u32, u32)]) -> Vec<String> {
     let mut args = vec![
         "python3".to_owned(),
         "-c".to_owned(),
-        ETHTOOL_PY.to_owned(),
+        peers::ETHTOOL.to_owned(),
         ifname.to_owned(),
     ];
     args.extend(cmds.iter().map(|(c, v)| format!("{c:#x}={v}")));
@@ -364,6 +380,29 @@ pub fn ethtool(ifname: &str, cmds: &[(u32, u32)]) {
     let args = ethtool_args(ifname, cmds);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     run(&refs);
+}
+
+/// The six octets of a MAC address written `aa:bb:cc:dd:ee:ff`.
+///
+/// # Panics
+///
+/// If `mac` is not six hexadecimal octets.
+pub fn mac_octets(mac: &str) -> [u8; 6] {
+    let mut m = [0u8; 6];
+    let mut parts = mac.trim().split(':');
+    for b in &mut m {
+        let p = parts.next().unwrap_or_else(|| panic!("short MAC {mac:?}"));
+        *b = u8::from_str_radix(p, 16).unwrap_or_else(|e| panic!("MAC {mac:?}: {e}"));
+    }
+    assert!(parts.next().is_none(), "long MAC {mac:?}");
+    m
+}
+
+/// Writes `/proc/sys/net/ipv6/conf/IFNAME/disable_ipv6` (of the calling
+/// thread's namespace).
+fn write_disable_ipv6(ifname: &str, on: bool) -> io::Result<()> {
+    let v = if on { "0" } else { "1" };
+    std::fs::write(format!("/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6"), v)
 }
 
 fn parse_mac(ip_link: &str) -> Option<String> {
@@ -493,6 +532,47 @@ impl VethPair {
         run(&[
             "ip", "link", "add", &host, "type", "veth", "peer", "name", &peer, "netns", &ns.name,
         ]);
+        Self::up(host, peer, ns)
+    }
+
+    /// Creates the namespace and a pair with `queues` RX and TX queues on
+    /// each end.
+    ///
+    /// # Panics
+    ///
+    /// If a command fails.
+    pub fn with_queues(queues: u32) -> Self {
+        let ns = Netns::new();
+        let base = unique_ifname("");
+        let (host, peer) = (format!("{base}h"), format!("{base}p"));
+        let q = queues.to_string();
+        run(&[
+            "ip",
+            "link",
+            "add",
+            &host,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "netns",
+            &ns.name,
+        ]);
+        Self::up(host, peer, ns)
+    }
+
+    /// Takes both ends of a new pair (the drop guard from here on) and sets
+    /// them up.
+    fn up(host: String, peer: String, ns: Netns) -> Self {
         let v = Self { host, peer, ns };
         run(&["ip", "link", "set", &v.host, "up"]);
         v.ns.exec(&["ip", "link", "set", &v.peer, "up"]);
@@ -544,6 +624,35 @@ impl VethPair {
     /// The peer end's counters.
     pub fn peer_stats(&self) -> LinkStats {
         self.ns.link_stats(&self.peer)
+    }
+
+    /// The host end's `IFF_*` flags.
+    ///
+    /// # Panics
+    ///
+    /// If they cannot be read.
+    pub fn host_flags(&self) -> u32 {
+        let s = std::fs::read_to_string(format!("/sys/class/net/{}/flags", self.host))
+            .expect("host end flags");
+        u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).expect("flags")
+    }
+
+    /// Switches IPv6 on or off on the host end.
+    ///
+    /// # Errors
+    ///
+    /// If the sysctl cannot be written.
+    pub fn set_host_ipv6(&self, on: bool) -> io::Result<()> {
+        write_disable_ipv6(&self.host, on)
+    }
+
+    /// Switches IPv6 on or off on the peer end.
+    ///
+    /// # Errors
+    ///
+    /// If the sysctl cannot be written.
+    pub fn set_peer_ipv6(&self, on: bool) -> io::Result<()> {
+        self.ns.in_ns(|| write_disable_ipv6(&self.peer, on))
     }
 }
 

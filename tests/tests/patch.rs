@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 use vhu_tests::netns::{
     self, Netns, NsProcess, VethPair, ETHTOOL_SGSO, ETHTOOL_SRXCSUM, ETHTOOL_STSO, ETHTOOL_STXCSUM,
 };
+use vhu_tests::peers;
 use vhu_tests::qemu::{self, GuestOpts, GuestRun};
 use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd, LINK_TIMEOUT, READY_TIMEOUT};
 
@@ -347,7 +348,7 @@ fn assert_peer_verifies_checksums(v: &VethPair) {
     netns::run(&[
         "python3",
         "-c",
-        BAD_CSUM_PY,
+        peers::UDP_BAD_CSUM,
         v.host(),
         &v.peer_mac(),
         GUEST_IP,
@@ -373,184 +374,6 @@ fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>, key: &st
     let get = |m: &BTreeMap<String, u64>| m.get(key).copied().unwrap_or(0);
     get(after).saturating_sub(get(before))
 }
-
-/// Builds and sends one Ethernet/IPv4/UDP frame whose UDP checksum is
-/// wrong: `BAD_CSUM_PY IFACE DST_MAC SRC_IP DST_IP`.
-const BAD_CSUM_PY: &str = r#"
-import socket, struct, sys
-ifn, dmac, sip, dip = sys.argv[1:5]
-def csum(b):
-    if len(b) % 2: b += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    while s >> 16: s = (s & 0xffff) + (s >> 16)
-    return ~s & 0xffff
-mac = lambda m: bytes(int(x, 16) for x in m.split(":"))
-smac = open("/sys/class/net/%s/address" % ifn).read().strip()
-src, dst = socket.inet_aton(sip), socket.inet_aton(dip)
-payload = b"vhu: this checksum is wrong"
-ulen = 8 + len(payload)
-good = csum(src + dst + struct.pack("!BBH", 0, 17, ulen) + struct.pack("!HHHH", 40000, 9, ulen, 0) + payload) or 0xffff
-bad = good % 0xfffe + 1
-udp = struct.pack("!HHHH", 40000, 9, ulen, bad) + payload
-ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + ulen, 1, 0, 64, 17, 0, src, dst)
-ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((ifn, 0))
-s.send(mac(dmac) + mac(smac) + b"\x08\x00" + ip + udp)
-"#;
-
-/// The guest's peers in the namespace: a TFTP server (serves `vhu-get.bin`,
-/// takes `vhu-put.bin`), a TCP sink that answers with the sha256 and length
-/// of what it received, and a TCP source that connects to the guest and
-/// sends `MIB` MiB. Prints `PEER key=value ...` lines.
-///
-/// Arguments: ADDR TFTP_PORT SINK_PORT GUEST SOURCE_PORT MIB (0 = off).
-const PEER_PY: &str = r#"
-import hashlib, random, socket, struct, sys, threading, time
-addr = sys.argv[1]
-tftp_port, sink_port, src_port, src_mib = (int(sys.argv[i]) for i in (2, 3, 5, 6))
-guest = sys.argv[4]
-lock = threading.Lock()
-def say(s):
-    with lock:
-        print("PEER " + s, flush=True)
-
-GET = random.Random(1).randbytes(200 * 1024 + 123)
-
-def tftp_send(peer, data):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((addr, 0))
-    s.settimeout(1.0)
-    block, off = 1, 0
-    while True:
-        chunk = data[off:off + 512]
-        pkt = struct.pack("!HH", 3, block & 0xffff) + chunk
-        for _ in range(30):
-            s.sendto(pkt, peer)
-            try:
-                while True:
-                    r, _ = s.recvfrom(1500)
-                    op, b = struct.unpack("!HH", r[:4])
-                    if op == 4 and b == block & 0xffff:
-                        break
-                break
-            except socket.timeout:
-                continue
-        else:
-            say("tftp_get_error=timeout")
-            return
-        off += 512
-        block += 1
-        if len(chunk) < 512:
-            break
-    say("tftp_get_sent=%d" % len(data))
-
-def tftp_recv(peer):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((addr, 0))
-    s.settimeout(30.0)
-    got, block = bytearray(), 0
-    s.sendto(struct.pack("!HH", 4, 0), peer)
-    while True:
-        try:
-            r, p = s.recvfrom(70000)
-        except socket.timeout:
-            say("tftp_put_error=timeout")
-            return
-        op, b = struct.unpack("!HH", r[:4])
-        if op != 3:
-            continue
-        if b == (block + 1) & 0xffff:
-            got += r[4:]
-            block += 1
-        s.sendto(struct.pack("!HH", 4, b), p)
-        if b == block & 0xffff and len(r) - 4 < 512:
-            break
-    say("tftp_put_bytes=%d tftp_put_sha256=%s" % (len(got), hashlib.sha256(got).hexdigest()))
-
-def tftp():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((addr, tftp_port))
-    while True:
-        r, peer = s.recvfrom(1500)
-        op = struct.unpack("!H", r[:2])[0]
-        name = r[2:].split(b"\0")[0].decode(errors="replace")
-        if op == 1 and name == "vhu-get.bin":
-            threading.Thread(target=tftp_send, args=(peer, GET), daemon=True).start()
-        elif op == 2 and name == "vhu-put.bin":
-            threading.Thread(target=tftp_recv, args=(peer,), daemon=True).start()
-        else:
-            s.sendto(struct.pack("!HH", 5, 1) + b"not found\0", peer)
-
-def sink():
-    l = socket.socket()
-    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    l.bind((addr, sink_port))
-    l.listen(1)
-    while True:
-        c, _ = l.accept()
-        h, n, t0 = hashlib.sha256(), 0, time.time()
-        while True:
-            b = c.recv(1 << 20)
-            if not b:
-                break
-            h.update(b)
-            n += len(b)
-        d = h.hexdigest()
-        c.sendall(("%s %d\n" % (d, n)).encode())
-        c.close()
-        say("tcp_sink_sha256=%s tcp_sink_bytes=%d tcp_sink_secs=%.2f" % (d, n, time.time() - t0))
-
-def source():
-    data = random.Random(2).randbytes(src_mib << 20)
-    d = hashlib.sha256(data).hexdigest()
-    deadline = time.time() + 600
-    while True:
-        try:
-            c = socket.create_connection((guest, src_port), timeout=2)
-            break
-        except OSError:
-            if time.time() > deadline:
-                say("tcp_source_error=connect")
-                return
-            time.sleep(0.2)
-    t0 = time.time()
-    c.settimeout(None)
-    c.sendall(data)
-    c.close()
-    say("tcp_source_sha256=%s tcp_source_bytes=%d tcp_source_secs=%.2f" % (d, len(data), time.time() - t0))
-
-for port, fn in ((tftp_port, tftp), (sink_port, sink), (src_port, source)):
-    if port:
-        threading.Thread(target=fn, daemon=True).start()
-say("tftp_get_sha256=%s tftp_get_bytes=%d" % (hashlib.sha256(GET).hexdigest(), len(GET)))
-say("ready")
-while True:
-    time.sleep(3600)
-"#;
-
-/// Counts the UDP datagrams bound for ADDR:PORT and their payload lengths;
-/// prints `UDP count=N lengths=L1:N1,L2:N2` whenever the count changed and
-/// 0.2 s passed without traffic. Arguments: ADDR PORT.
-const UDP_COUNT_PY: &str = r#"
-import collections, socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.settimeout(0.2)
-print("ready", flush=True)
-count, shown, lengths = 0, 0, collections.Counter()
-while True:
-    try:
-        b = s.recv(65536)
-        count += 1
-        lengths[len(b)] += 1
-    except socket.timeout:
-        if count != shown:
-            shown = count
-            ls = ",".join("%d:%d" % kv for kv in sorted(lengths.items()))
-            print("UDP count=%d lengths=%s" % (count, ls), flush=True)
-"#;
 
 // ===== guest tests =====
 
@@ -591,7 +414,7 @@ fn guest_net(kind: Kind, t: GuestNet) -> GuestNetRun {
         assert_peer_verifies_checksums(v);
     }
     let mut peer = link.ns().spawn_python(
-        PEER_PY,
+        peers::GUEST_PEER,
         &[
             PEER_IP,
             &TFTP_PORT.to_string(),
@@ -967,7 +790,7 @@ fn testpmd_frames_reach_peer(kind: Kind) {
     let socket = dir.join("vhost.sock");
     let (link, patch) = attach(kind, &socket, &[], &[&format!("{TXONLY_DST}/24")]);
     let ns = link.ns();
-    let mut rx = ns.spawn_python(UDP_COUNT_PY, &[TXONLY_DST, "9"]);
+    let mut rx = ns.spawn_python(peers::UDP_COUNT, &[TXONLY_DST, "9"]);
     rx.wait_for_stdout("ready", Duration::from_secs(10));
     let peer_mac = ns.mac(link.peer_if());
 

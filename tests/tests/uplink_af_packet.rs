@@ -37,7 +37,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -49,30 +49,18 @@ use vhost_net_backend::net_hdr::{
     F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6, GSO_UDP, GSO_UDP_L4,
 };
 use vhost_net_backend::VirtioNetHdr;
+use vhu_tests::netns::{self, mac_octets, run, VethPair, ETHTOOL_STXCSUM};
+use vhu_tests::peers;
 
 // ===== namespace and veth fixture =====
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
-/// Runs a command and panics with its output when it fails.
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A veth pair: `ours` in this namespace, `peer` in namespace `ns`.
-/// Dropping it deletes both (also when the test panics).
+/// A veth pair ([`VethPair`]): `ours` in this namespace, `peer` in a
+/// namespace of its own, IPv6 off on both ends. Dropping it deletes both
+/// (also when the test panics).
 struct Veth {
-    ns: String,
+    pair: VethPair,
     ours: String,
     peer: String,
     /// Third octet of the test's 198.18.0.0/15 subnet.
@@ -83,74 +71,46 @@ impl Veth {
     fn new() -> Self {
         let pid = std::process::id();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let v = Veth {
-            ns: format!("vhu-afp-{pid}-{n}"),
-            ours: format!("vap{pid}x{n}"),
-            peer: format!("vap{pid}y{n}"),
-            net: ((pid as usize * 7 + n) % 250) as u8,
-        };
-        run(&["ip", "netns", "add", &v.ns]);
-        run(&[
-            "ip", "link", "add", &v.ours, "type", "veth", "peer", "name", &v.peer, "netns", &v.ns,
-        ]);
+        let pair = VethPair::new();
         // No IPv6 chatter (router solicitations, DAD) on either end.
-        std::fs::write(
-            format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", v.ours),
-            "1",
-        )
-        .expect("disable IPv6 on our end");
-        v.exec(&[
-            "sh",
-            "-c",
-            &format!("echo 1 > /proc/sys/net/ipv6/conf/{}/disable_ipv6", v.peer),
-        ]);
-        run(&["ip", "link", "set", &v.ours, "up"]);
-        v.exec(&["ip", "link", "set", &v.peer, "up"]);
-        v.exec(&["ip", "link", "set", "lo", "up"]);
-        v
+        pair.set_host_ipv6(false).expect("disable IPv6 on our end");
+        pair.set_peer_ipv6(false)
+            .expect("disable IPv6 on the peer end");
+        Veth {
+            ours: pair.host().to_owned(),
+            peer: pair.peer().to_owned(),
+            pair,
+            net: ((pid as usize * 7 + n) % 250) as u8,
+        }
     }
 
     /// Runs a command in the peer namespace.
     fn exec(&self, args: &[&str]) -> String {
-        let mut full = vec!["ip", "netns", "exec", &self.ns];
-        full.extend_from_slice(args);
-        run(&full)
+        self.pair.ns().exec(args)
     }
 
     fn peer_mac(&self) -> [u8; 6] {
-        let s = self.exec(&["cat", &format!("/sys/class/net/{}/address", self.peer)]);
-        parse_mac(s.trim())
+        mac_octets(&self.pair.peer_mac())
     }
 
     /// Our end's `IFF_*` flags.
     fn our_flags(&self) -> u32 {
-        let s = std::fs::read_to_string(format!("/sys/class/net/{}/flags", self.ours))
-            .expect("our flags");
-        u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).expect("flags")
+        self.pair.host_flags()
     }
 
     fn our_mac(&self) -> [u8; 6] {
-        let s = std::fs::read_to_string(format!("/sys/class/net/{}/address", self.ours))
-            .expect("our MAC");
-        parse_mac(s.trim())
+        mac_octets(&self.pair.host_mac())
     }
 
     /// Enables IPv6 on both ends and adds fd00:7668:75:`net`::1 (ours) and
     /// ::2 (peer), /64, without duplicate address detection.
     fn add_addresses6(&self) -> (std::net::Ipv6Addr, std::net::Ipv6Addr) {
-        std::fs::write(
-            format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", self.ours),
-            "0",
-        )
-        .expect("enable IPv6 on our end");
-        self.exec(&[
-            "sh",
-            "-c",
-            &format!(
-                "echo 0 > /proc/sys/net/ipv6/conf/{}/disable_ipv6",
-                self.peer
-            ),
-        ]);
+        self.pair
+            .set_host_ipv6(true)
+            .expect("enable IPv6 on our end");
+        self.pair
+            .set_peer_ipv6(true)
+            .expect("enable IPv6 on the peer end");
         let a = format!("fd00:7668:75:{}::1", self.net);
         let b = format!("fd00:7668:75:{}::2", self.net);
         run(&[
@@ -185,104 +145,13 @@ impl Veth {
             "dev",
             &self.ours,
         ]);
-        self.exec(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("198.18.{}.2/24", self.net),
-            "dev",
-            &self.peer,
-        ]);
+        self.pair
+            .set_peer_addr(&format!("198.18.{}.2/24", self.net));
         (a, b)
     }
 }
 
-impl Drop for Veth {
-    fn drop(&mut self) {
-        // Deleting the namespace deletes the peer end, and with it the pair;
-        // the second command covers a half-built fixture.
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.ours])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-fn parse_mac(s: &str) -> [u8; 6] {
-    let mut m = [0u8; 6];
-    for (i, p) in s.split(':').enumerate() {
-        m[i] = u8::from_str_radix(p, 16).expect("MAC");
-    }
-    m
-}
-
 // ===== peer-side programs (python3) =====
-
-/// Captures frames of one ethertype on an interface and prints each as hex,
-/// after "READY"; ends with "DONE" after `count` frames or `timeout` s.
-const CAPTURE_PY: &str = r#"
-import select, socket, sys, time
-ifname, proto, count, timeout = sys.argv[1], int(sys.argv[2], 0), int(sys.argv[3]), float(sys.argv[4])
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(proto))
-s.bind((ifname, proto))
-s.setsockopt(263, 23, 1)  # SOL_PACKET, PACKET_IGNORE_OUTGOING
-print("READY", flush=True)
-end = time.monotonic() + timeout
-n = 0
-while n < count:
-    left = end - time.monotonic()
-    if left <= 0 or not select.select([s], [], [], left)[0]:
-        break
-    print(s.recv(262144).hex(), flush=True)
-    n += 1
-print("DONE", flush=True)
-"#;
-
-/// Sends each argument (hex) as one raw frame on an interface.
-const SEND_PY: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((sys.argv[1], 0))
-for h in sys.argv[2:]:
-    s.send(bytes.fromhex(h))
-"#;
-
-/// Sends `count` broadcast frames of `size` bytes (ethertype 0x88b5, the
-/// frame's index in its first payload bytes) on an interface.
-const FLOOD_PY: &str = r#"
-import socket, struct, sys
-ifname, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((ifname, 0))
-for i in range(count):
-    s.send(b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x07" + b"\x88\xb5" + struct.pack("!I", i) + bytes(size - 18))
-"#;
-
-/// Applies legacy ethtool "set" commands (`cmd=value`) to an interface.
-const ETHTOOL_PY: &str = r#"
-import array, fcntl, socket, struct, sys
-SIOCETHTOOL = 0x8946
-for pair in sys.argv[2:]:
-    cmd, val = (int(x, 0) for x in pair.split("="))
-    buf = array.array("B", struct.pack("II", cmd, val))
-    ifr = struct.pack("16sP16x", sys.argv[1].encode(), buf.buffer_info()[0])
-    fcntl.ioctl(socket.socket(socket.AF_INET, socket.SOCK_DGRAM), SIOCETHTOOL, ifr)
-"#;
-
-/// Connects to `host:port` and sends `n` bytes (i mod 251), then closes.
-const TCP_SEND_PY: &str = r#"
-import socket, sys
-host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-data = bytes(i % 251 for i in range(n))
-c = socket.create_connection((host, port), timeout=10)
-c.sendall(data)
-c.close()
-"#;
-
-/// `ETHTOOL_STXCSUM`: switching TX checksumming off also switches off TSO
-/// and friends, which depend on it.
-const ETHTOOL_STXCSUM: u32 = 0x17;
 
 /// A capture running in the peer namespace.
 struct Capture {
@@ -292,8 +161,11 @@ struct Capture {
 
 impl Capture {
     fn start(v: &Veth, proto: u16, count: usize, timeout: Duration) -> Self {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &v.ns, "python3", "-c", CAPTURE_PY, &v.peer])
+        let mut child = v
+            .pair
+            .ns()
+            .command("python3")
+            .args(["-c", peers::CAPTURE_FRAMES, &v.peer])
             .arg(format!("{proto:#x}"))
             .arg(count.to_string())
             .arg(timeout.as_secs_f64().to_string())
@@ -667,7 +539,7 @@ fn rx_frames_arrive_byte_exact() {
         eth_frame([0xff; 6], src, Some(0x2064), &pattern(300, 3)),
         eth_frame([0xff; 6], src, Some(0x0005), &pattern(1496, 4)),
     ];
-    let mut args = vec!["python3", "-c", SEND_PY, &v.peer];
+    let mut args = vec!["python3", "-c", peers::SEND_FRAMES, &v.peer];
     let hexes: Vec<String> = frames.iter().map(|f| to_hex(f)).collect();
     args.extend(hexes.iter().map(String::as_str));
     v.exec(&args);
@@ -707,7 +579,7 @@ fn rx_ring_overflow_is_counted() {
     cfg.rx_ring.block_size = 128 * 1024;
     let mut up = AfPacket::open(&v.ours, cfg).expect("open");
     // About 120 frames fill the only block; the rest are dropped.
-    v.exec(&["python3", "-c", FLOOD_PY, &v.peer, "400", "1000"]);
+    v.exec(&["python3", "-c", peers::FLOOD, &v.peer, "400", "1000"]);
     let mut got = 0usize;
     receive_until(&mut up, Duration::from_secs(2), |_, f| {
         got += usize::from(be16(f, 12) == ETH_TEST);
@@ -715,7 +587,7 @@ fn rx_ring_overflow_is_counted() {
     });
     assert!(got > 50 && got < 400, "{got} frames fit the ring");
     // The next block the kernel fills carries TP_STATUS_LOSING.
-    v.exec(&["python3", "-c", FLOOD_PY, &v.peer, "1", "100"]);
+    v.exec(&["python3", "-c", peers::FLOOD, &v.peer, "1", "100"]);
     receive_until(&mut up, Duration::from_secs(2), |_, f| {
         got += usize::from(be16(f, 12) == ETH_TEST);
         false
@@ -747,7 +619,7 @@ fn fanout_spreads_frames() {
             to_hex(&eth_frame([0xff; 6], src, None, &p))
         })
         .collect();
-    let mut args = vec!["python3", "-c", SEND_PY, &v.peer];
+    let mut args = vec!["python3", "-c", peers::SEND_FRAMES, &v.peer];
     args.extend(hexes.iter().map(String::as_str));
     v.exec(&args);
     let mut seen = [0usize; N];
@@ -778,7 +650,7 @@ fn tx_offloads_are_carried_out_by_the_kernel() {
     let v = Veth::new();
     // Our end can do no checksum or segmentation offload, so the kernel
     // completes and segments in software before the frames cross.
-    v_ethtool(&v.ours, &[(ETHTOOL_STXCSUM, 0)]);
+    netns::ethtool(&v.ours, &[(ETHTOOL_STXCSUM, 0)]);
     let mut up = open(&v, true);
     let (dst, src) = (v.peer_mac(), v.our_mac());
     let mss = 1448u16;
@@ -892,7 +764,7 @@ fn tx_offloads_are_carried_out_by_the_kernel() {
 #[ignore = "needs root: run scripts/test.sh"]
 fn qdisc_bypass_drops_what_the_device_cannot_segment() {
     let v = Veth::new();
-    v_ethtool(&v.ours, &[(ETHTOOL_STXCSUM, 0)]);
+    netns::ethtool(&v.ours, &[(ETHTOOL_STXCSUM, 0)]);
     let cfg = AfPacketConfig {
         qdisc_bypass: true,
         ..AfPacketConfig::default()
@@ -948,18 +820,6 @@ fn check_tcp_segments(segs: &[Vec<u8>], data: &[u8], mss: u16, seq0: u32) {
     assert_eq!(got, data, "payload");
 }
 
-fn v_ethtool(ifname: &str, cmds: &[(u32, u32)]) {
-    let mut args = vec![
-        "python3".to_owned(),
-        "-c".to_owned(),
-        ETHTOOL_PY.to_owned(),
-        ifname.to_owned(),
-    ];
-    args.extend(cmds.iter().map(|(c, v)| format!("{c}={v}")));
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    run(&refs);
-}
-
 #[test]
 #[ignore = "needs root: run scripts/test.sh"]
 fn rx_tso_super_frames_from_a_tcp_stream() {
@@ -999,8 +859,11 @@ fn tcp_stream_from_peer(v6: bool) {
         s.read_to_end(&mut buf).expect("read");
         buf
     });
-    let sender = Command::new("ip")
-        .args(["netns", "exec", &v.ns, "python3", "-c", TCP_SEND_PY])
+    let sender = v
+        .pair
+        .ns()
+        .command("python3")
+        .args(["-c", peers::TCP_SEND])
         .arg(ours.to_string())
         .arg(port.to_string())
         .arg(N.to_string())

@@ -37,12 +37,9 @@
 //! `--include-ignored --test-threads=1`. A missing tool or capability is a
 //! failure, never a skip.
 
-use std::fs::File;
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use vhost_net_backend::io::af_xdp::{
@@ -52,41 +49,24 @@ use vhost_net_backend::io::Uplink;
 use vhost_net_backend::net_hdr::{F_NEEDS_CSUM, GSO_TCPV4};
 use vhost_net_backend::DropReason;
 use vhost_net_backend::VirtioNetHdr;
+use vhu_tests::netns::{mac_octets, run, VethPair};
 
 /// Local experimental EtherType (IEEE 802 "local experimental 1").
 const ETHERTYPE: u16 = 0x88b5;
 const MAGIC: &[u8; 4] = b"vhuX";
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-// ===== commands =====
-
-/// Runs a command; panics with its output if it fails.
-fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd} {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 // ===== impl VethNs =====
 
-/// A network namespace holding the peer end of a veth pair whose other end
-/// stays here. Deleted on drop.
+/// A veth pair ([`VethPair`]) whose peer end is in a namespace of its own
+/// and whose other end (`host`) stays here, IPv6 off on both. Deleted on
+/// drop.
 #[derive(Debug)]
 struct VethNs {
-    ns: String,
+    pair: VethPair,
     host: String,
     peer: String,
 }
-
-static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
 impl VethNs {
     /// A pair with one queue each way.
@@ -96,104 +76,32 @@ impl VethNs {
 
     /// A pair with `queues` RX and TX queues on each end.
     fn with_queues(queues: u32) -> Self {
-        let pid = std::process::id();
-        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let me = Self {
-            ns: format!("vhu-xdp-{pid}-{n}"),
-            host: format!("xa{pid}n{n}"),
-            peer: format!("xb{pid}n{n}"),
-        };
-        assert!(me.host.len() < 16, "interface name too long: {}", me.host);
-        // From here on `me` is the drop guard: a failed step unwinds through it.
-        run("ip", &["netns", "add", &me.ns]);
-        let q = queues.to_string();
-        run(
-            "ip",
-            &[
-                "link",
-                "add",
-                &me.host,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &me.peer,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-                "netns",
-                &me.ns,
-            ],
-        );
+        let pair = VethPair::with_queues(queues);
         // No IPv6 chatter (router solicitations, MLD) on either end.
-        let _ = std::fs::write(
-            format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", me.host),
-            "1",
-        );
-        me.in_ns(|| {
-            let _ = std::fs::write(
-                format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", me.peer),
-                "1",
-            );
-        });
-        run("ip", &["link", "set", &me.host, "up"]);
-        run("ip", &["-n", &me.ns, "link", "set", &me.peer, "up"]);
-        me
-    }
-
-    /// Runs `f` on a thread inside the namespace.
-    fn in_ns<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let ns = File::open(format!("/run/netns/{}", self.ns))
-            .unwrap_or_else(|e| panic!("cannot open netns {}: {e}", self.ns));
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                // SAFETY: `ns` is an open netns file; setns changes only the
-                // calling thread's network namespace, and this thread ends
-                // right after `f`.
-                let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(r, 0, "setns: {}", io::Error::last_os_error());
-                f()
-            })
-            .join()
-            .expect("netns thread panicked")
-        })
+        let _ = pair.set_host_ipv6(false);
+        let _ = pair.set_peer_ipv6(false);
+        Self {
+            host: pair.host().to_owned(),
+            peer: pair.peer().to_owned(),
+            pair,
+        }
     }
 
     fn host_mac(&self) -> [u8; 6] {
-        let s = std::fs::read_to_string(format!("/sys/class/net/{}/address", self.host))
-            .expect("host MAC");
-        let mut mac = [0u8; 6];
-        for (b, part) in mac.iter_mut().zip(s.trim().split(':')) {
-            *b = u8::from_str_radix(part, 16).expect("MAC byte");
-        }
-        mac
+        mac_octets(&self.pair.host_mac())
     }
 
     /// `ip -d link show dev <host>`.
     fn link_details(&self) -> String {
-        run("ip", &["-d", "link", "show", "dev", &self.host])
+        run(&["ip", "-d", "link", "show", "dev", &self.host])
     }
 
     /// An AF_PACKET socket on the peer end, receiving `ethertype` (0: send
     /// only).
     fn peer_socket(&self, ethertype: u16) -> PacketSocket {
-        self.in_ns(|| PacketSocket::open(&self.peer, ethertype))
-    }
-}
-
-impl Drop for VethNs {
-    fn drop(&mut self) {
-        // Deleting either end deletes the pair; deleting the namespace
-        // deletes its end. Both, in case setup stopped half-way.
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.host])
-            .output();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+        self.pair
+            .ns()
+            .in_ns(|| PacketSocket::open(&self.peer, ethertype))
     }
 }
 

@@ -37,30 +37,18 @@ use vhost_net_backend::io::tap::{Tap, TapConfig};
 use vhost_net_backend::io::Uplink;
 use vhost_net_backend::net_hdr::{F_NEEDS_CSUM, GSO_TCPV4, GSO_UDP_L4};
 use vhost_net_backend::VirtioNetHdr;
+use vhu_tests::netns::{mac_octets, run, unique_ifname, Netns};
+use vhu_tests::peers;
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 /// The test's ("guest's") MAC address.
 const GUEST_MAC: [u8; 6] = [0x02, 0x76, 0x68, 0x75, 0x00, 0x01];
 
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A namespace holding the TAP at 198.18.`net`.2. Dropping it deletes the
-/// namespace, and with it the TAP (also when the test panics).
+/// A namespace ([`Netns`]) holding the TAP at 198.18.`net`.2. Dropping it
+/// deletes the namespace, and with it the TAP (also when the test panics).
 struct Fixture {
-    ns: String,
+    ns: Netns,
     tap: String,
     net: u8,
 }
@@ -73,11 +61,9 @@ impl Fixture {
     fn new(queues: usize, existing: bool) -> (Self, Vec<Tap>) {
         let pid = std::process::id();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let ns = format!("vhu-tap-{pid}-{n}");
-        let name = format!("vtp{pid}x{n}");
-        run(&["ip", "netns", "add", &ns]);
+        let name = unique_ifname("t");
         let fx = Fixture {
-            ns,
+            ns: Netns::new(),
             tap: name.clone(),
             net: ((pid as usize * 11 + n + 100) % 250) as u8,
         };
@@ -98,7 +84,7 @@ impl Fixture {
             .map(|_| Tap::open(&name, cfg).unwrap_or_else(|e| panic!("open TAP {name}: {e}")))
             .collect();
         assert_eq!(taps[0].ifname(), name);
-        run(&["ip", "link", "set", &name, "netns", &fx.ns]);
+        run(&["ip", "link", "set", &name, "netns", fx.ns.name()]);
         fx.exec(&[
             "sh",
             "-c",
@@ -113,7 +99,6 @@ impl Fixture {
             &name,
         ]);
         fx.exec(&["ip", "link", "set", &name, "up"]);
-        fx.exec(&["ip", "link", "set", "lo", "up"]);
         let mac = GUEST_MAC
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -133,9 +118,7 @@ impl Fixture {
     }
 
     fn exec(&self, args: &[&str]) -> String {
-        let mut full = vec!["ip", "netns", "exec", &self.ns];
-        full.extend_from_slice(args);
-        run(&full)
+        self.ns.exec(args)
     }
 
     fn guest_ip(&self) -> [u8; 4] {
@@ -155,19 +138,16 @@ impl Fixture {
     }
 
     fn host_mac(&self) -> [u8; 6] {
-        let s = self.exec(&["cat", &format!("/sys/class/net/{}/address", self.tap)]);
-        let mut m = [0u8; 6];
-        for (i, p) in s.trim().split(':').enumerate() {
-            m[i] = u8::from_str_radix(p, 16).expect("MAC");
-        }
-        m
+        mac_octets(&self.ns.mac(&self.tap))
     }
 
     /// Starts `python3 -c script args..` in the namespace; its stdout lines
     /// arrive on the returned channel. Waits for a first line "READY".
     fn python(&self, script: &str, args: &[String]) -> Py {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "python3", "-c", script])
+        let mut child = self
+            .ns
+            .command("python3")
+            .args(["-c", script])
             .args(args)
             .stdout(Stdio::piped())
             .spawn()
@@ -189,9 +169,8 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        // Deleting the namespace deletes the TAP in it; the second command
+        // The namespace (dropped next) takes the TAP in it along; this
         // covers a TAP that never got there.
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
         let _ = Command::new("ip")
             .args(["link", "del", &self.tap])
             .stderr(Stdio::null())
@@ -229,50 +208,6 @@ impl Drop for Py {
 }
 
 // ===== peer-side programs =====
-
-/// UDP server: prints READY, then for each of `count` datagrams prints its
-/// payload as hex and sends it back reversed.
-const UDP_ECHO_PY: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.settimeout(20)
-print("READY", flush=True)
-for _ in range(int(sys.argv[3])):
-    data, peer = s.recvfrom(65535)
-    print(data.hex(), flush=True)
-    s.sendto(data[::-1], peer)
-"#;
-
-/// Captures one frame of the given ethertype, printed as hex.
-const CAPTURE_PY: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(int(sys.argv[2], 0)))
-s.bind((sys.argv[1], 0))
-s.setsockopt(263, 23, 1)  # PACKET_IGNORE_OUTGOING
-s.settimeout(20)
-print("READY", flush=True)
-for _ in range(int(sys.argv[3])):
-    print(s.recv(262144).hex(), flush=True)
-"#;
-
-/// TCP client: connects, sends `n_out` bytes (i % 253), then reads
-/// `n_in` bytes and prints them as hex.
-const TCP_CLIENT_PY: &str = r#"
-import socket, sys
-host, port, n_out, n_in = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-print("READY", flush=True)
-c = socket.create_connection((host, port), timeout=20)
-c.sendall(bytes(i % 253 for i in range(n_out)))
-got = b""
-while len(got) < n_in:
-    d = c.recv(65536)
-    if not d:
-        break
-    got += d
-print(got.hex(), flush=True)
-c.close()
-"#;
 
 // ===== frames =====
 
@@ -430,8 +365,14 @@ fn udp_both_ways() {
     let tap = &mut taps[0];
     tap.set_offloads(0).expect("set_offloads");
     assert_eq!(tap.offloads().rx, 0);
-    let cap = fx.python(CAPTURE_PY, &[fx.tap.clone(), "0x0800".into(), "1".into()]);
-    let echo = fx.python(UDP_ECHO_PY, &[fx.host_ip_str(), "9000".into(), "1".into()]);
+    let cap = fx.python(
+        peers::CAPTURE_COUNT,
+        &[fx.tap.clone(), "0x0800".into(), "1".into()],
+    );
+    let echo = fx.python(
+        peers::UDP_ECHO,
+        &[fx.host_ip_str(), "9000".into(), "1".into()],
+    );
     let payload = pattern(1200, 7);
     // A complete frame (no offload metadata).
     let (h, mut f) = ipv4_frame(
@@ -491,7 +432,7 @@ fn tcp_with_offloads() {
     const N_OUT: usize = 60_000; // from the namespace to us
     const N_IN: usize = 30_000; // from us, in one TSO super-frame
     let client = fx.python(
-        TCP_CLIENT_PY,
+        peers::TCP_CLIENT,
         &[
             fx.guest_ip_str(),
             "7777".into(),
@@ -639,7 +580,10 @@ fn tcp_with_offloads() {
     );
 
     // USO: one datagram per gso_size for a UDP socket.
-    let echo = fx.python(UDP_ECHO_PY, &[fx.host_ip_str(), "9001".into(), "5".into()]);
+    let echo = fx.python(
+        peers::UDP_ECHO,
+        &[fx.host_ip_str(), "9001".into(), "5".into()],
+    );
     let data = pattern(5 * 1000 - 300, 5);
     let (mut uh, uf) = ipv4_frame(host_mac, g, h, 17, udp(6000, 9001, &data), 13);
     uh.gso_type = GSO_UDP_L4;
@@ -661,7 +605,10 @@ fn tcp_with_offloads() {
 fn multi_queue() {
     let (fx, mut taps) = Fixture::new(2, false);
     assert_eq!(taps[1].ifname(), taps[0].ifname());
-    let cap = fx.python(CAPTURE_PY, &[fx.tap.clone(), "0x88b5".into(), "2".into()]);
+    let cap = fx.python(
+        peers::CAPTURE_COUNT,
+        &[fx.tap.clone(), "0x88b5".into(), "2".into()],
+    );
     let mut sent = Vec::new();
     for (i, tap) in taps.iter_mut().enumerate() {
         let mut f = vec![0xff; 6];
@@ -683,7 +630,10 @@ fn multi_queue() {
 fn attach_to_existing_tap() {
     let (fx, mut taps) = Fixture::new(1, true);
     let tap = &mut taps[0];
-    let echo = fx.python(UDP_ECHO_PY, &[fx.host_ip_str(), "9002".into(), "1".into()]);
+    let echo = fx.python(
+        peers::UDP_ECHO,
+        &[fx.host_ip_str(), "9002".into(), "1".into()],
+    );
     let (h, f) = ipv4_frame(
         fx.host_mac(),
         fx.guest_ip(),

@@ -67,14 +67,7 @@ pub mod queue;
 mod ring;
 pub mod stats;
 pub mod sys;
-/// Guest doubles for benches and fuzzing (feature `test-utils`).
 #[cfg(feature = "test-utils")]
-pub mod testing {
-    pub use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
-    pub use crate::ring::{Layout, PackedLayout, SplitLayout};
-}
-#[cfg(feature = "test-utils")]
-#[allow(missing_docs)]
 pub mod test_utils;
 
 pub use device::{Offloads, MAX_QUEUE_PAIRS};

@@ -61,7 +61,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use vhost_net_backend::device::bits;
-use vhost_net_backend::testing::{Layout, LoopbackGuest, LoopbackOpts};
+use vhost_net_backend::test_utils::{Layout, LoopbackGuest, LoopbackOpts};
 use vhost_net_backend::{net_hdr, DropReason, QueueCounters};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};

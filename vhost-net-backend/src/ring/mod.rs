@@ -12,6 +12,7 @@
 //!   stores, never through a `&[u8]` (the guest may change it at any time).
 #![allow(unsafe_code)]
 
+pub(crate) mod driver_sys;
 #[cfg(feature = "test-utils")]
 pub(crate) mod loopback;
 pub(crate) mod memory;

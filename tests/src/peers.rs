@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The Python programs the end-to-end tests run on the peer side, one file each under
+//! `tests/peers/` (each starts with a docstring: what it does, its arguments). They are
+//! compiled in and run with `python3 -c` (see [`crate::netns::Netns::spawn_python`]).
+
+/// Captures a number of frames of one EtherType and prints each as hex.
+///
+/// `tests/peers/capture_count.py`.
+pub const CAPTURE_COUNT: &str = include_str!("../peers/capture_count.py");
+
+/// Captures frames of one EtherType on an interface and prints each as hex.
+///
+/// `tests/peers/capture_frames.py`.
+pub const CAPTURE_FRAMES: &str = include_str!("../peers/capture_frames.py");
+
+/// Legacy ethtool "set" commands through SIOCETHTOOL (no ethtool binary needed).
+///
+/// `tests/peers/ethtool.py`.
+pub const ETHTOOL: &str = include_str!("../peers/ethtool.py");
+
+/// Floods an interface with numbered broadcast frames.
+///
+/// `tests/peers/flood.py`.
+pub const FLOOD: &str = include_str!("../peers/flood.py");
+
+/// The guest's peers in the namespace, for the patch guest tests.
+///
+/// `tests/peers/guest_peer.py`.
+pub const GUEST_PEER: &str = include_str!("../peers/guest_peer.py");
+
+/// Sends raw Ethernet frames on an interface.
+///
+/// `tests/peers/send_frames.py`.
+pub const SEND_FRAMES: &str = include_str!("../peers/send_frames.py");
+
+/// TCP client: sends a byte pattern, then prints what comes back.
+///
+/// `tests/peers/tcp_client.py`.
+pub const TCP_CLIENT: &str = include_str!("../peers/tcp_client.py");
+
+/// Sends a byte pattern over one TCP connection.
+///
+/// `tests/peers/tcp_send.py`.
+pub const TCP_SEND: &str = include_str!("../peers/tcp_send.py");
+
+/// Sends one Ethernet/IPv4/UDP frame whose UDP checksum is wrong.
+///
+/// `tests/peers/udp_bad_csum.py`.
+pub const UDP_BAD_CSUM: &str = include_str!("../peers/udp_bad_csum.py");
+
+/// Counts UDP datagrams and their payload lengths.
+///
+/// `tests/peers/udp_count.py`.
+pub const UDP_COUNT: &str = include_str!("../peers/udp_count.py");
+
+/// UDP server that echoes each datagram back reversed.
+///
+/// `tests/peers/udp_echo.py`.
+pub const UDP_ECHO: &str = include_str!("../peers/udp_echo.py");

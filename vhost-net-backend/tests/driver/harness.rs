@@ -1,0 +1,469 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The echo port, the frames it reflects and the checks every test shares (see the
+//! crate docs).
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vhost_net_backend::device::bits;
+use vhost_net_backend::test_utils::{
+    encode_hdr, DriverOpts, RxFrame, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
+};
+use vhost_net_backend::{DropReason, Poller, Port, PortConfig, QueueCounters, QueuePair};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+/// How long anything that should happen may take.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(5);
+/// How long to wait before concluding that something that must not happen did not.
+pub(crate) const SETTLE: Duration = Duration::from_millis(50);
+/// Frames per echo burst.
+pub(crate) const BURST: usize = 32;
+/// Longest sleep of the echo thread without an event.
+pub(crate) const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// Poller token of the echo thread's stop eventfd.
+pub(crate) const STOP_TOKEN: u64 = u64::MAX;
+
+pub(crate) const DESC_F_NEXT: u16 = 1;
+pub(crate) const DESC_F_WRITE: u16 = 2;
+pub(crate) const DESC_F_INDIRECT: u16 = 4;
+
+/// A directory removed with everything in it on drop.
+pub(crate) struct TempDir(PathBuf);
+
+impl TempDir {
+    pub(crate) fn new(name: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "vhu-drv-{}-{}-{name}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The counters of one queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PairCounters {
+    /// Guest TX: frames the echo dequeued.
+    pub(crate) tx: QueueCounters,
+    /// Guest RX: frames the echo delivered.
+    pub(crate) rx: QueueCounters,
+}
+
+/// What the echo thread hands back when it stops.
+pub(crate) struct EchoOutcome {
+    pub(crate) qps: Vec<QueuePair>,
+    pub(crate) missed_kicks: u64,
+}
+
+/// A port served by an echo data-plane thread; see the module docs.
+pub(crate) struct Echo {
+    pub(crate) port: Option<Port>,
+    pub(crate) socket: PathBuf,
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) wake: Arc<EventFd>,
+    pub(crate) thread: Option<JoinHandle<EchoOutcome>>,
+    pub(crate) _dir: TempDir,
+}
+
+impl Echo {
+    /// A server-role port on a fresh socket; `tweak` adjusts its configuration.
+    pub(crate) fn server(name: &str, tweak: impl FnOnce(&mut PortConfig)) -> Echo {
+        let dir = TempDir::new(name);
+        let mut cfg = PortConfig::new(name, dir.path().join("sock"));
+        tweak(&mut cfg);
+        Echo::start(cfg, dir)
+    }
+
+    /// Starts the port and its echo thread; `dir` lives as long as the port.
+    pub(crate) fn start(cfg: PortConfig, dir: TempDir) -> Echo {
+        let socket = cfg.socket.clone();
+        let (port, qps) = Port::new(cfg).expect("port starts");
+        let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(EventFd::new(EFD_NONBLOCK).expect("eventfd"));
+        let (s, w) = (Arc::clone(&stop), Arc::clone(&wake));
+        let thread = std::thread::Builder::new()
+            .name(format!("echo-{}", port.name()))
+            .spawn(move || echo_loop(qps, &s, &w))
+            .expect("spawn the echo thread");
+        Echo {
+            port: Some(port),
+            socket,
+            stop,
+            wake,
+            thread: Some(thread),
+            _dir: dir,
+        }
+    }
+
+    pub(crate) fn port(&self) -> &Port {
+        self.port.as_ref().expect("port is running")
+    }
+
+    pub(crate) fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Connects a driver and checks both sides agree on the acked features.
+    pub(crate) fn connect(&self, opts: DriverOpts) -> TestDriver {
+        let drv = TestDriver::connect(&self.socket, opts).expect("driver connects");
+        self.check_features(&drv);
+        drv
+    }
+
+    pub(crate) fn check_features(&self, drv: &TestDriver) {
+        wait_until("the port to see the acked features", || {
+            self.port().acked_features() == drv.acked_features()
+        });
+        assert!(self.port().is_connected());
+    }
+
+    /// The port's live counters of pair `qp`.
+    pub(crate) fn counters(&self, qp: u16) -> PairCounters {
+        let i = 2 * usize::from(qp);
+        let p = self.port();
+        PairCounters {
+            rx: p.vring_counters(i).expect("rx vring exists"),
+            tx: p.vring_counters(i + 1).expect("tx vring exists"),
+        }
+    }
+
+    /// Waits until pair `qp` has counted `tx` guest-TX frames and `rx` guest-RX frames, each
+    /// delivered or dropped, and returns its counters. A burst adds its counts after it
+    /// published its used entries and signalled the guest, so the driver can see a frame (and
+    /// its interrupt) before the port counts it.
+    pub(crate) fn settle(&self, qp: u16, tx: u64, rx: u64) -> PairCounters {
+        let seen = |c: &QueueCounters| c.packets + c.dropped();
+        wait_until(
+            &format!("qp {qp} counting {tx} tx and {rx} rx frames"),
+            || {
+                let c = self.counters(qp);
+                seen(&c.tx) == tx && seen(&c.rx) == rx
+            },
+        );
+        self.counters(qp)
+    }
+
+    /// Stops the echo thread and the port; returns each pair's final counters, after checking
+    /// that the port reports the same and that no kick was lost.
+    pub(crate) fn stop(mut self) -> Vec<PairCounters> {
+        let outcome = self
+            .join()
+            .expect("the echo thread ended without panicking");
+        let port = self.port.take().expect("port is running");
+        let counters: Vec<PairCounters> = outcome
+            .qps
+            .iter()
+            .map(|qp| PairCounters {
+                tx: qp.tx.counters(),
+                rx: qp.rx.counters(),
+            })
+            .collect();
+        for (i, c) in counters.iter().enumerate() {
+            assert_eq!(port.vring_counters(2 * i), Some(c.rx), "port's rx counters");
+            assert_eq!(
+                port.vring_counters(2 * i + 1),
+                Some(c.tx),
+                "port's tx counters"
+            );
+        }
+        assert_eq!(
+            outcome.missed_kicks, 0,
+            "the echo thread found work after waking by timeout (a lost kick)"
+        );
+        // Queues first: a port dropped while its queues are attached but unpolled would wait
+        // for their acknowledgement of the ring stop.
+        drop(outcome.qps);
+        drop(port);
+        counters
+    }
+
+    pub(crate) fn join(&mut self) -> Option<EchoOutcome> {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.wake.write(1);
+        self.thread.take().and_then(|t| t.join().ok())
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        drop(self.join());
+        self.port.take();
+    }
+}
+
+/// The echo data plane: bursts on every pair while there is work, then asks for TX kicks and
+/// sleeps.
+pub(crate) fn echo_loop(mut qps: Vec<QueuePair>, stop: &AtomicBool, wake: &EventFd) -> EchoOutcome {
+    let mut poller = Poller::new().expect("poller");
+    for qp in &mut qps {
+        poller.add(qp).expect("watch queue pair");
+    }
+    poller
+        .add_fd(wake.as_raw_fd(), STOP_TOKEN)
+        .expect("watch stop eventfd");
+    let mut missed_kicks = 0;
+    let mut timed_out = false;
+    while !stop.load(Ordering::Acquire) {
+        let moved: usize = qps.iter_mut().map(echo_burst).sum();
+        if moved > 0 {
+            // Work found after a timeout, with no kick pending since: a lost kick.
+            if timed_out && poller.wait(Some(Duration::ZERO)).unwrap_or(0) == 0 {
+                missed_kicks += 1;
+            }
+            timed_out = false;
+            continue;
+        }
+        timed_out = false;
+        let mut pending = false;
+        for qp in &mut qps {
+            // Posted receive buffers are not work for an echo: no kicks for them.
+            qp.rx.disable_notifications();
+            pending |= qp.tx.enable_notifications();
+        }
+        if !pending {
+            timed_out = poller.wait(Some(IDLE_WAIT)).expect("poller wait") == 0;
+        }
+    }
+    EchoOutcome { qps, missed_kicks }
+}
+
+/// Reflects up to [`BURST`] frames of one pair, MACs swapped. Returns frames dequeued.
+pub(crate) fn echo_burst(qp: &mut QueuePair) -> usize {
+    let mut rx = qp.rx.burst();
+    qp.tx.recv_burst(BURST, |frame| {
+        let head = frame.head_mut();
+        if head.len() >= 12 {
+            let (dst, src) = head.split_at_mut(6);
+            dst.swap_with_slice(&mut src[..6]);
+        }
+        let hdr = *frame.hdr();
+        // A failure is counted in the RX queue's drop counters.
+        let _ = rx.push(&hdr, frame);
+    })
+}
+
+/// Polls `cond` every millisecond until it holds; fails the test after [`TIMEOUT`].
+pub(crate) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+// ===== frames and traffic =====
+
+/// A test frame: Ethernet header (distinct MACs, a local EtherType), then a payload that
+/// depends on `seed` and the offset.
+pub(crate) fn frame(len: usize, seed: u32) -> Vec<u8> {
+    let mut f: Vec<u8> = (0..len as u32)
+        .map(|i| (i.wrapping_mul(0x9e37_79b1).wrapping_add(seed) >> 11) as u8)
+        .collect();
+    let s = seed.to_be_bytes();
+    let eth = [
+        0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x52, 0x54, s[1], s[2], s[3], 0x01, 0x88, 0xb5,
+    ];
+    let n = eth.len().min(len);
+    f[..n].copy_from_slice(&eth[..n]);
+    f
+}
+
+/// `f` as the echo returns it: MAC addresses swapped.
+pub(crate) fn echoed(f: &[u8]) -> Vec<u8> {
+    let mut e = f.to_vec();
+    if e.len() >= 12 {
+        let (dst, src) = e.split_at_mut(6);
+        dst.swap_with_slice(&mut src[..6]);
+    }
+    e
+}
+
+pub(crate) fn seed(qp: u16, batch: usize, i: usize) -> u32 {
+    (u32::from(qp) << 24) ^ ((batch as u32) << 8) ^ i as u32
+}
+
+/// Frames and bytes moved, as the driver saw them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) frames: u64,
+    pub(crate) bytes: u64,
+}
+
+impl Tally {
+    pub(crate) fn add(&mut self, frames: &[Vec<u8>]) {
+        self.frames += frames.len() as u64;
+        self.bytes += frames.iter().map(|f| f.len() as u64).sum::<u64>();
+    }
+}
+
+/// Both directions of a pair moved exactly `t`, without a drop.
+pub(crate) fn assert_clean_counts(c: &PairCounters, t: Tally, what: &str) {
+    assert_eq!(
+        (c.tx.packets, c.tx.bytes),
+        (t.frames, t.bytes),
+        "{what}: tx {c:?}"
+    );
+    assert_eq!(
+        (c.rx.packets, c.rx.bytes),
+        (t.frames, t.bytes),
+        "{what}: rx {c:?}"
+    );
+    assert_eq!(c.tx.dropped(), 0, "{what}: tx drops {c:?}");
+    assert_eq!(c.rx.dropped(), 0, "{what}: rx drops {c:?}");
+}
+
+/// Tops pair `qp`'s receive ring up to `want` buffers in flight, and kicks it.
+pub(crate) fn refill_rx(drv: &mut TestDriver, qp: u16, want: usize, len: u32, layout: RxLayout) {
+    let have = drv.in_flight(qp, true);
+    if have < want {
+        let posted = drv
+            .post_rx_buffers(qp, want - have, len, layout)
+            .expect("post rx buffers");
+        assert_eq!(posted, want - have, "rx buffers posted on qp {qp}");
+    }
+    drv.kick_rx(qp);
+}
+
+/// Sends `frames` on pair `qp` with header `hdr`, laid out as `layout`, kicks, and checks
+/// that they all come back in order, byte-exact (MACs swapped), with the same header (except
+/// `num_buffers`) and used lengths that add up; and that every TX chain is completed with
+/// length 0 (in order, when `IN_ORDER` was acked). Returns the received frames.
+pub(crate) fn round_trip(
+    drv: &mut TestDriver,
+    qp: u16,
+    hdr: &VirtioNetHdr,
+    frames: &[Vec<u8>],
+    layout: TxLayout,
+) -> Vec<RxFrame> {
+    let hdr_bytes = encode_hdr(hdr, drv.hdr_len());
+    let heads: Vec<u16> = frames
+        .iter()
+        .map(|f| {
+            drv.send_frame(qp, &hdr_bytes, f, layout)
+                .unwrap_or_else(|e| panic!("send a {}-byte frame on qp {qp}: {e}", f.len()))
+        })
+        .collect();
+    drv.kick_tx(qp);
+    let got = drv.recv_frames_until(qp, frames.len(), TIMEOUT);
+    assert_eq!(
+        got.len(),
+        frames.len(),
+        "frames back on qp {qp} ({layout:?})"
+    );
+    for (i, (g, f)) in got.iter().zip(frames).enumerate() {
+        assert!(
+            g.data == echoed(f),
+            "qp {qp} frame {i} ({} bytes, {layout:?}) differs: got {} bytes",
+            f.len(),
+            g.data.len()
+        );
+        let h = g.net_hdr();
+        assert_eq!(
+            VirtioNetHdr {
+                num_buffers: 0,
+                ..h
+            },
+            VirtioNetHdr {
+                num_buffers: 0,
+                ..*hdr
+            },
+            "qp {qp} frame {i}: header"
+        );
+        let used: u64 = g.used.iter().map(|&(_, l)| u64::from(l)).sum();
+        assert_eq!(
+            used,
+            (drv.hdr_len() + f.len()) as u64,
+            "qp {qp} frame {i}: used lengths {:?}",
+            g.used
+        );
+    }
+    let done = drv.tx_completions_until(qp, frames.len(), TIMEOUT);
+    assert_eq!(done.len(), frames.len(), "tx completions on qp {qp}");
+    assert!(
+        done.iter().all(|&(_, len)| len == 0),
+        "tx used lengths must be 0 (nothing written): {done:?}"
+    );
+    if drv.acked_features() & bits::IN_ORDER != 0 {
+        let ids: Vec<u16> = done.iter().map(|&(id, _)| id).collect();
+        assert_eq!(ids, heads, "IN_ORDER: tx chains used in order");
+    }
+    got
+}
+
+/// [`round_trip`] of plain frames (no offloads), one descriptor each.
+pub(crate) fn round_trip_plain(drv: &mut TestDriver, qp: u16, frames: &[Vec<u8>]) -> Vec<RxFrame> {
+    round_trip(drv, qp, &VirtioNetHdr::default(), frames, TxLayout::Single)
+}
+
+/// Posts receive buffers and echoes a 60- and a 1514-byte frame on pair `qp`.
+pub(crate) fn traffic_on(drv: &mut TestDriver, qp: u16, batch: usize, tally: &mut Tally) {
+    refill_rx(drv, qp, 16, 2048, RxLayout::Single);
+    let frames = vec![
+        frame(60, seed(qp, batch, 0)),
+        frame(1514, seed(qp, batch, 1)),
+    ];
+    round_trip_plain(drv, qp, &frames);
+    tally.add(&frames);
+}
+
+/// [`traffic_on`] each of pairs `0..pairs`.
+pub(crate) fn traffic_flows(drv: &mut TestDriver, pairs: u16, batch: usize, tally: &mut [Tally]) {
+    for qp in 0..pairs {
+        traffic_on(drv, qp, batch, &mut tally[usize::from(qp)]);
+    }
+}
+
+pub(crate) fn assert_no_violations(drv: &TestDriver) {
+    assert!(
+        drv.violations().is_empty(),
+        "driver saw violations: {:?}",
+        drv.violations()
+    );
+}
+
+// ===== shared by several sections =====
+
+/// Frame sizes that every echo scenario goes through.
+pub(crate) const SIZES: [usize; 4] = [60, 1514, 4000, 9000];
+
+/// Sends a driver-built chain that the backend must drop for `reason`, and checks its
+/// completion comes back.
+pub(crate) fn expect_tx_drop(
+    echo: &Echo,
+    drv: &mut TestDriver,
+    hdr: &[u8],
+    f: &[u8],
+    layout: TxLayout,
+    reason: DropReason,
+) {
+    let before = echo.counters(0);
+    drv.send_frame(0, hdr, f, layout).expect("send");
+    drv.kick_tx(0);
+    let done = drv.tx_completions_until(0, 1, TIMEOUT);
+    assert_eq!(done.len(), 1, "the dropped chain is returned");
+    assert_eq!(done[0].1, 0);
+    wait_until(&format!("a {} tx drop", reason.name()), || {
+        echo.counters(0).tx.drops_for(reason) > before.tx.drops_for(reason)
+    });
+    let after = echo.counters(0);
+    assert_eq!(after.tx.packets, before.tx.packets);
+    assert_eq!(after.tx.dropped(), before.tx.dropped() + 1, "{after:?}");
+    assert_eq!(after.rx, before.rx, "nothing reached the echo");
+}

@@ -1,0 +1,529 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! Hostile guests: malformed rings and descriptors are dropped and counted, the chain is
+//! returned, and valid traffic keeps flowing.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use vhost_net_backend::device::bits;
+use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver, TxLayout, DEFAULT_FEATURES};
+use vhost_net_backend::DropReason;
+use vm_memory::{Bytes, GuestAddress};
+
+use crate::harness::*;
+
+/// A port with an MTU of 1500 and two pairs, and a driver with indirect descriptors.
+fn hostile_setup(name: &str) -> (Echo, TestDriver) {
+    let echo = Echo::server(name, |cfg| {
+        cfg.queue_pairs = 2;
+        cfg.mtu = Some(1500);
+    });
+    let drv = echo.connect(DriverOpts {
+        queue_pairs: 2,
+        active_pairs: 2,
+        ..DriverOpts::default()
+    });
+    (echo, drv)
+}
+
+/// Valid traffic still flows on both pairs, every TX descriptor is back with the driver, and
+/// the port's counters show exactly `drops` on pair 0's TX queue besides the valid traffic.
+/// `other` is what pair 1 carried before.
+fn hostile_epilogue(echo: Echo, mut drv: TestDriver, other: Tally, drops: &[(DropReason, u64)]) {
+    let mut tally = [Tally::default(), other];
+    traffic_flows(&mut drv, 2, 100, &mut tally);
+    for qp in 0..2 {
+        assert_eq!(drv.in_flight(qp, false), 0);
+        assert_eq!(
+            drv.free_descriptors(qp, false),
+            usize::from(drv.opts().queue_size),
+            "qp {qp}: tx descriptors leaked"
+        );
+    }
+    assert_no_violations(&drv);
+    let before = echo.counters(0);
+    let c = echo.stop();
+    for (qp, (c, t)) in c.iter().zip(tally).enumerate() {
+        assert!(c.tx.packets >= t.frames && c.rx.packets >= t.frames);
+        assert_eq!(c.rx.dropped(), 0, "qp {qp}: rx drops {c:?}");
+        if qp == 1 {
+            assert_clean_counts(c, t, "the other pair");
+        }
+    }
+    assert_eq!(before.tx.drops, c[0].tx.drops);
+    for r in DropReason::ALL {
+        let want = drops.iter().find(|(d, _)| *d == r).map_or(0, |&(_, n)| n);
+        assert_eq!(c[0].tx.drops_for(r), want, "tx drops for {}", r.name());
+    }
+}
+
+/// Gives the raw descriptors `descs` of pair 0's TX ring back to the driver, then
+/// [`hostile_epilogue`] with no other traffic before.
+fn release_then_epilogue(
+    echo: Echo,
+    mut drv: TestDriver,
+    descs: &[u16],
+    drops: &[(DropReason, u64)],
+) {
+    for &d in descs {
+        drv.release_desc(0, false, d).unwrap();
+    }
+    hostile_epilogue(echo, drv, Tally::default(), drops);
+}
+
+/// Writes descriptors into guest memory at `gpa` (an indirect table).
+fn write_table(drv: &TestDriver, gpa: u64, descs: &[(u64, u32, u16, u16)]) {
+    let mut b = Vec::with_capacity(16 * descs.len());
+    for &(addr, len, flags, next) in descs {
+        b.extend_from_slice(&addr.to_le_bytes());
+        b.extend_from_slice(&len.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.extend_from_slice(&next.to_le_bytes());
+    }
+    drv.memory()
+        .write_slice(&b, GuestAddress(gpa))
+        .expect("write table");
+}
+
+/// A readable guest buffer holding a zero header and a 60-byte frame; `(gpa, len)`.
+fn tx_buffer(drv: &mut TestDriver) -> (u64, u32) {
+    let mut b = drv.zero_hdr();
+    b.extend_from_slice(&frame(60, 0xbad));
+    let gpa = drv.alloc_guest(b.len() as u64).expect("alloc");
+    drv.memory()
+        .write_slice(&b, GuestAddress(gpa))
+        .expect("write buffer");
+    (gpa, b.len() as u32)
+}
+
+/// Publishes raw head `head` on pair `qp`'s TX ring, kicks, and waits until the port counts
+/// one more TX drop for `reason` and nothing else. Unless the head is outside the ring, it must
+/// come back in the used ring with length 0 (the guest gets its descriptors back).
+fn expect_raw_tx_drop(echo: &Echo, drv: &mut TestDriver, qp: u16, head: u16, reason: DropReason) {
+    let before = echo.counters(qp).tx;
+    drv.push_avail(qp, false, head).expect("push avail");
+    drv.kick_raw(drv.vring_index(qp, false).unwrap())
+        .expect("kick");
+    wait_until(
+        &format!("a {} tx drop (head {head})", reason.name()),
+        || echo.counters(qp).tx.drops_for(reason) > before.drops_for(reason),
+    );
+    let in_ring = head < drv.opts().queue_size;
+    let mut used = Vec::new();
+    let deadline = Instant::now() + if in_ring { TIMEOUT } else { SETTLE };
+    while used.is_empty() && Instant::now() < deadline {
+        drv.tx_completions(qp);
+        used.extend(drv.take_raw_used(qp, false));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if in_ring {
+        assert_eq!(used, vec![(head, 0)], "bad chain {head} returned unused");
+    } else {
+        assert!(used.is_empty(), "used element for a head outside the ring");
+    }
+    let after = echo.counters(qp).tx;
+    assert_eq!(after.packets, before.packets, "a bad chain was delivered");
+    assert_eq!(
+        after.dropped(),
+        before.dropped() + 1,
+        "exactly one drop: {after:?}"
+    );
+    assert_eq!(after.drops_for(reason), before.drops_for(reason) + 1);
+}
+
+#[test]
+fn hostile_descriptors_outside_guest_memory() {
+    let (echo, mut drv) = hostile_setup("h-addr");
+    let o = drv.opts().clone();
+    let (below, end, wrap) = (0x1000, o.gpa_base + o.mem_size - 40, u64::MAX - 20);
+    let d = drv.reserve_desc(0, false).expect("descriptor");
+    for (addr, len) in [
+        (below, 72),
+        (end, 72),
+        (wrap, 72),
+        (o.gpa_base + o.mem_size, 1),
+    ] {
+        drv.write_desc(0, false, d, addr, len, 0, 0)
+            .expect("write desc");
+        expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadAddress);
+    }
+    // Second descriptor of a chain outside memory.
+    let d2 = drv.reserve_desc(0, false).expect("descriptor");
+    let (gpa, len) = tx_buffer(&mut drv);
+    drv.write_desc(0, false, d, gpa, len, DESC_F_NEXT, d2)
+        .unwrap();
+    drv.write_desc(0, false, d2, below, 64, 0, 0).unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadAddress);
+    release_then_epilogue(echo, drv, &[d, d2], &[(DropReason::BadAddress, 5)]);
+}
+
+#[test]
+fn hostile_descriptor_loop() {
+    let (echo, mut drv) = hostile_setup("h-loop");
+    let (gpa, len) = tx_buffer(&mut drv);
+    let a = drv.reserve_desc(0, false).expect("descriptor");
+    let b = drv.reserve_desc(0, false).expect("descriptor");
+    // a -> b -> a -> ...: a loop of real buffers.
+    drv.write_desc(0, false, a, gpa, len, DESC_F_NEXT, b)
+        .unwrap();
+    drv.write_desc(0, false, b, gpa, len, DESC_F_NEXT, a)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    // A descriptor that points at itself.
+    drv.write_desc(0, false, a, gpa, len, DESC_F_NEXT, a)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
+}
+
+#[test]
+fn hostile_descriptor_loop_of_empty_buffers() {
+    let (echo, mut drv) = hostile_setup("h-loop0");
+    let a = drv.reserve_desc(0, false).expect("descriptor");
+    let b = drv.reserve_desc(0, false).expect("descriptor");
+    drv.write_desc(0, false, a, 0, 0, DESC_F_NEXT, b).unwrap();
+    drv.write_desc(0, false, b, 0, 0, DESC_F_NEXT, a).unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    // A `next` outside the ring.
+    drv.write_desc(0, false, a, 0, 0, DESC_F_NEXT, 4096)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
+}
+
+#[test]
+fn hostile_head_index_out_of_range() {
+    let (echo, mut drv) = hostile_setup("h-head");
+    let size = drv.opts().queue_size;
+    for head in [size, size + 7, u16::MAX] {
+        expect_raw_tx_drop(&echo, &mut drv, 0, head, DropReason::BadDescriptor);
+    }
+    hostile_epilogue(
+        echo,
+        drv,
+        Tally::default(),
+        &[(DropReason::BadDescriptor, 3)],
+    );
+}
+
+#[test]
+fn hostile_writable_buffer_in_a_tx_chain() {
+    let (echo, mut drv) = hostile_setup("h-write");
+    let (gpa, len) = tx_buffer(&mut drv);
+    let a = drv.reserve_desc(0, false).expect("descriptor");
+    let b = drv.reserve_desc(0, false).expect("descriptor");
+    drv.write_desc(0, false, a, gpa, len, DESC_F_WRITE, 0)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    drv.write_desc(0, false, a, gpa, len, DESC_F_NEXT, b)
+        .unwrap();
+    drv.write_desc(0, false, b, gpa, 64, DESC_F_WRITE, 0)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
+}
+
+#[test]
+fn hostile_indirect_tables() {
+    let (echo, mut drv) = hostile_setup("h-indirect");
+    let (gpa, len) = tx_buffer(&mut drv);
+    let d = drv.reserve_desc(0, false).expect("descriptor");
+    let inner = drv.alloc_guest(16).unwrap();
+    let outer = drv.alloc_guest(32).unwrap();
+    write_table(&drv, inner, &[(gpa, len, 0, 0)]);
+    // An indirect descriptor inside an indirect table.
+    write_table(&drv, outer, &[(inner, 16, DESC_F_INDIRECT, 0)]);
+    drv.write_desc(0, false, d, outer, 16, DESC_F_INDIRECT, 0)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    // ... after a valid descriptor of the same table.
+    write_table(
+        &drv,
+        outer,
+        &[(gpa, len, DESC_F_NEXT, 1), (inner, 16, DESC_F_INDIRECT, 0)],
+    );
+    drv.write_desc(0, false, d, outer, 32, DESC_F_INDIRECT, 0)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    // INDIRECT together with NEXT.
+    drv.write_desc(0, false, d, inner, 16, DESC_F_INDIRECT | DESC_F_NEXT, 0)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    // A table whose length is not a multiple of 16, and an empty one.
+    for l in [15, 24, 0] {
+        drv.write_desc(0, false, d, inner, l, DESC_F_INDIRECT, 0)
+            .unwrap();
+        expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    }
+    // A loop inside a table.
+    write_table(
+        &drv,
+        outer,
+        &[(gpa, len, DESC_F_NEXT, 1), (gpa, len, DESC_F_NEXT, 0)],
+    );
+    drv.write_desc(0, false, d, outer, 32, DESC_F_INDIRECT, 0)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    // A table outside guest memory.
+    drv.write_desc(0, false, d, 0x1000, 16, DESC_F_INDIRECT, 0)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadAddress);
+    release_then_epilogue(
+        echo,
+        drv,
+        &[d],
+        &[(DropReason::BadDescriptor, 7), (DropReason::BadAddress, 1)],
+    );
+}
+
+#[test]
+fn hostile_indirect_descriptor_without_the_feature() {
+    let echo = Echo::server("h-noindirect", |_| {});
+    let mut drv = echo.connect(DriverOpts {
+        features: DEFAULT_FEATURES & !bits::INDIRECT_DESC,
+        ..DriverOpts::default()
+    });
+    assert_eq!(drv.acked_features() & bits::INDIRECT_DESC, 0);
+    let (gpa, len) = tx_buffer(&mut drv);
+    let table = drv.alloc_guest(16).unwrap();
+    write_table(&drv, table, &[(gpa, len, 0, 0)]);
+    let d = drv.reserve_desc(0, false).expect("descriptor");
+    drv.write_desc(0, false, d, table, 16, DESC_F_INDIRECT, 0)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    drv.release_desc(0, false, d).unwrap();
+    let mut tally = [Tally::default()];
+    traffic_flows(&mut drv, 1, 0, &mut tally);
+    assert_no_violations(&drv);
+    let c = echo.stop();
+    assert_eq!(c[0].tx.drops_for(DropReason::BadDescriptor), 1);
+    assert_eq!(c[0].tx.dropped(), 1);
+    assert_eq!(c[0].tx.packets, tally[0].frames);
+}
+
+#[test]
+fn hostile_zero_length_and_truncated_frames() {
+    let (echo, mut drv) = hostile_setup("h-short");
+    let hdr = drv.zero_hdr();
+    // A header and no frame.
+    expect_tx_drop(
+        &echo,
+        &mut drv,
+        &hdr,
+        &[],
+        TxLayout::Single,
+        DropReason::TooShort,
+    );
+    // Less than a header.
+    expect_tx_drop(
+        &echo,
+        &mut drv,
+        &hdr[..5],
+        &[],
+        TxLayout::Single,
+        DropReason::TooShort,
+    );
+    expect_tx_drop(
+        &echo,
+        &mut drv,
+        &hdr,
+        &[],
+        TxLayout::Segments(3),
+        DropReason::TooShort,
+    );
+    // A descriptor of length 0 (its address is never looked at).
+    let d = drv.reserve_desc(0, false).expect("descriptor");
+    drv.write_desc(0, false, d, 0, 0, 0, 0).unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::TooShort);
+    release_then_epilogue(echo, drv, &[d], &[(DropReason::TooShort, 4)]);
+}
+
+#[test]
+fn hostile_frame_larger_than_the_mtu() {
+    let (echo, mut drv) = hostile_setup("h-mtu");
+    assert_ne!(drv.offered_features() & bits::MTU, 0, "MTU offered");
+    refill_rx(&mut drv, 0, 16, 2048, RxLayout::Single);
+    // MTU 1500 plus a VLAN-tagged Ethernet header: 1518 bytes pass.
+    let fits = vec![frame(1518, 1)];
+    round_trip_plain(&mut drv, 0, &fits);
+    echo.settle(0, 1, 1);
+    let hdr = drv.zero_hdr();
+    for len in [1519, 9000] {
+        expect_tx_drop(
+            &echo,
+            &mut drv,
+            &hdr,
+            &frame(len, 2),
+            TxLayout::Single,
+            DropReason::TooLong,
+        );
+    }
+    expect_tx_drop(
+        &echo,
+        &mut drv,
+        &hdr,
+        &frame(4000, 3),
+        TxLayout::Segments(4),
+        DropReason::TooLong,
+    );
+    hostile_epilogue(echo, drv, Tally::default(), &[(DropReason::TooLong, 3)]);
+}
+
+#[test]
+fn hostile_chain_with_too_many_segments() {
+    let (echo, mut drv) = hostile_setup("h-segs");
+    // An indirect table of 300 five-byte buffers: longer than the ring (256), and more
+    // buffers than the engine takes for one frame (its per-queue segment list holds 256).
+    let (gpa, _) = tx_buffer(&mut drv);
+    let big = drv.alloc_guest(1500).unwrap();
+    let mut b = drv.zero_hdr();
+    b.extend_from_slice(&frame(1500 - b.len(), 5));
+    drv.memory().write_slice(&b, GuestAddress(big)).unwrap();
+    let descs: Vec<(u64, u32, u16, u16)> = (0..300u16)
+        .map(|i| {
+            let next = if i < 299 { DESC_F_NEXT } else { 0 };
+            (big + 5 * u64::from(i), 5, next, i + 1)
+        })
+        .collect();
+    let table = drv.alloc_guest(16 * 300).unwrap();
+    write_table(&drv, table, &descs);
+    let d = drv.reserve_desc(0, false).expect("descriptor");
+    drv.write_desc(0, false, d, table, 16 * 300, DESC_F_INDIRECT, 0)
+        .unwrap();
+    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::TooManySegments);
+    // The same table cut to one buffer is a valid frame.
+    write_table(&drv, table, &[(gpa, 72, 0, 0)]);
+    drv.write_desc(0, false, d, table, 16, DESC_F_INDIRECT, 0)
+        .unwrap();
+    drv.push_avail(0, false, d).unwrap();
+    refill_rx(&mut drv, 0, 16, 2048, RxLayout::Single);
+    drv.kick_raw(drv.vring_index(0, false).unwrap()).unwrap();
+    let got = drv.recv_frames_until(0, 1, TIMEOUT);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].data == echoed(&frame(60, 0xbad)));
+    wait_until("the valid raw chain back", || {
+        drv.tx_completions(0);
+        drv.take_raw_used(0, false) == vec![(d, 0)]
+    });
+    release_then_epilogue(echo, drv, &[d], &[(DropReason::TooManySegments, 1)]);
+}
+
+#[test]
+fn hostile_avail_index_breaks_the_ring_until_it_is_restarted() {
+    let (echo, mut drv) = hostile_setup("h-broken");
+    let addrs = drv.vring_addrs(0, false).unwrap();
+    let next = drv.avail_idx(0, false).unwrap();
+    // avail.idx more than a ring ahead of what the device consumed.
+    let bogus = next.wrapping_add(addrs.size + 1);
+    drv.memory()
+        .store(
+            bogus.to_le(),
+            GuestAddress(addrs.avail + 2),
+            Ordering::Release,
+        )
+        .unwrap();
+    let tx = drv.vring_index(0, false).unwrap();
+    drv.kick_raw(tx).unwrap();
+    wait_until("a ring_broken drop", || {
+        echo.counters(0).tx.drops_for(DropReason::RingBroken) == 1
+    });
+    // The other pair is not affected.
+    let mut other = Tally::default();
+    traffic_on(&mut drv, 1, 0, &mut other);
+    // The broken ring stays stopped, even once avail.idx is sane again.
+    refill_rx(&mut drv, 0, 16, 2048, RxLayout::Single);
+    let queued = frame(60, 7);
+    let hdr = drv.zero_hdr();
+    drv.send_frame(0, &hdr, &queued, TxLayout::Single).unwrap();
+    drv.kick_raw(tx).unwrap();
+    std::thread::sleep(SETTLE);
+    assert!(drv.tx_completions(0).is_empty(), "a broken ring was used");
+    // Until the frontend restarts it, from where the device stopped.
+    let base = drv.get_vring_base(tx).expect("GET_VRING_BASE");
+    assert_eq!(base, u32::from(next));
+    drv.resume_vring(tx, base as u16).expect("resume");
+    drv.kick_raw(tx).unwrap();
+    let got = drv.recv_frames_until(0, 1, TIMEOUT);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].data == echoed(&queued));
+    assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
+    hostile_epilogue(echo, drv, other, &[(DropReason::RingBroken, 1)]);
+}
+
+#[test]
+fn hostile_rx_buffers() {
+    let (echo, mut drv) = hostile_setup("h-rx");
+    let hdr = drv.zero_hdr();
+    let d = drv.reserve_desc(0, true).expect("descriptor");
+    let buf = drv.alloc_guest(2048).unwrap();
+    let cases = [
+        (0x1000, DESC_F_WRITE, DropReason::BadAddress),
+        (buf, 0, DropReason::BadDescriptor),
+    ];
+    for (n, &(addr, flags, reason)) in cases.iter().enumerate() {
+        drv.write_desc(0, true, d, addr, 2048, flags, 0).unwrap();
+        drv.push_avail(0, true, d).unwrap();
+        drv.kick_rx(0);
+        drv.send_frame(0, &hdr, &frame(60, n as u32), TxLayout::Single)
+            .unwrap();
+        drv.kick_tx(0);
+        assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
+        wait_until(&format!("an rx {} drop", reason.name()), || {
+            echo.counters(0).rx.drops_for(reason) == 1
+        });
+        let mut used = Vec::new();
+        wait_until("the bad rx buffer back", || {
+            assert!(drv.recv_frames(0).is_empty());
+            used.extend(drv.take_raw_used(0, true));
+            !used.is_empty()
+        });
+        assert_eq!(used, vec![(d, 0)]);
+    }
+    drv.release_desc(0, true, d).unwrap();
+    let c = echo.counters(0);
+    assert_eq!(c.rx.dropped(), 2);
+    assert_eq!(c.rx.packets, 0);
+    let mut tally = [Tally::default(); 2];
+    traffic_flows(&mut drv, 2, 0, &mut tally);
+    assert_no_violations(&drv);
+    let c = echo.stop();
+    assert_eq!(c[0].rx.packets, tally[0].frames);
+    assert_eq!(c[0].tx.packets, tally[0].frames + 2);
+    assert_eq!(c[0].tx.dropped(), 0);
+    assert_eq!(c[0].rx.drops_for(DropReason::BadAddress), 1);
+    assert_eq!(c[0].rx.drops_for(DropReason::BadDescriptor), 1);
+    assert_clean_counts(&c[1], tally[1], "the other pair");
+}
+
+#[test]
+fn rx_without_buffers_drops_no_buffers_then_recovers() {
+    let echo = Echo::server("no-rx-bufs", |_| {});
+    let mut drv = echo.connect(DriverOpts::default());
+    let hdr = drv.zero_hdr();
+    for i in 0..10 {
+        drv.send_frame(0, &hdr, &frame(1514, i), TxLayout::Single)
+            .unwrap();
+    }
+    drv.kick_tx(0);
+    // TX keeps flowing: the frames are dequeued and dropped, not left in the ring.
+    assert_eq!(drv.tx_completions_until(0, 10, TIMEOUT).len(), 10);
+    wait_until("10 no_buffers drops", || {
+        echo.counters(0).rx.drops_for(DropReason::NoBuffers) == 10
+    });
+    assert!(drv.recv_frames(0).is_empty());
+    let mut tally = [Tally::default()];
+    traffic_flows(&mut drv, 1, 1, &mut tally);
+    assert_no_violations(&drv);
+    let c = echo.stop();
+    assert_eq!(
+        (c[0].tx.packets, c[0].tx.bytes),
+        (tally[0].frames + 10, tally[0].bytes + 10 * 1514)
+    );
+    assert_eq!(
+        (c[0].rx.packets, c[0].rx.bytes),
+        (tally[0].frames, tally[0].bytes)
+    );
+    assert_eq!(c[0].rx.drops_for(DropReason::NoBuffers), 10);
+    assert_eq!(c[0].rx.dropped(), 10);
+    assert_eq!(c[0].tx.dropped(), 0);
+}

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The vhost-user protocol: refused features, garbage on the socket, queue counts and
+//! memory slots.
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use vhost::vhost_user::VhostUserFrontend;
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo};
+use vhost_net_backend::device::bits;
+use vhost_net_backend::test_utils::{
+    DriverError, DriverOpts, MemTableMode, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
+};
+
+use crate::harness::*;
+
+#[test]
+fn features_not_offered_are_refused() {
+    let echo = Echo::server("proto-features", |_| {});
+    let mut tally = [Tally::default()];
+
+    // With REPLY_ACK: a NACK (and/or a hang-up).
+    let mut drv = echo.connect(DriverOpts::default());
+    assert_eq!(drv.offered_features() & bits::MQ, 0, "MQ with one pair");
+    let bad = drv.acked_features() | bits::MQ;
+    let res = drv.frontend().set_features(bad);
+    assert!(
+        res.is_err(),
+        "SET_FEATURES with MQ not offered was accepted"
+    );
+    drop(drv);
+    wait_until("the port to drop the connection", || {
+        !echo.port().is_connected()
+    });
+    let mut drv = echo.connect(DriverOpts::default());
+    traffic_flows(&mut drv, 1, 0, &mut tally);
+    assert_no_violations(&drv);
+    drop(drv);
+
+    // Without REPLY_ACK there is no NACK to send: the backend hangs up.
+    wait_until("disconnect", || !echo.port().is_connected());
+    let mut drv = echo.connect(DriverOpts {
+        protocol_features: vhost::vhost_user::message::VhostUserProtocolFeatures::empty(),
+        ..DriverOpts::default()
+    });
+    let bad = drv.acked_features() | (1 << 63);
+    // Nothing to wait for: the request goes out without NEED_REPLY.
+    drv.frontend().set_features(bad).expect("send SET_FEATURES");
+    assert!(
+        drv.wait_backend_hangup(TIMEOUT),
+        "unoffered features accepted"
+    );
+    drop(drv);
+    let mut drv = echo.connect(DriverOpts::default());
+    traffic_flows(&mut drv, 1, 1, &mut tally);
+    assert_eq!(echo.port().connections(), 4);
+    assert_no_violations(&drv);
+    let c = echo.stop();
+    assert_clean_counts(&c[0], tally[0], "after refused features");
+}
+
+/// Connects, writes `bytes`, and expects the backend to close the connection.
+fn expect_hangup_after(path: &Path, bytes: &[u8]) {
+    let mut s = UnixStream::connect(path).expect("connect");
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    // The backend may hang up before it read everything.
+    let _ = s.write_all(bytes);
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return,
+            Err(e) => panic!("no hang-up after {} garbage bytes: {e}", bytes.len()),
+        }
+    }
+}
+
+#[test]
+fn garbage_on_the_socket_hangs_up_and_the_next_frontend_is_served() {
+    let echo = Echo::server("proto-garbage", |_| {});
+    let hdr = |code: u32, flags: u32, size: u32| {
+        let mut b = Vec::new();
+        for w in [code, flags, size] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b
+    };
+    let mut unknown = hdr(9999, 1, 0);
+    unknown.extend_from_slice(&[0; 8]);
+    let mut too_big = hdr(5, 1, 0x10_0000);
+    too_big.extend_from_slice(&[0x5a; 256]);
+    // SET_FEATURES with a 4-byte body instead of 8.
+    let mut short_body = hdr(2, 1, 4);
+    short_body.extend_from_slice(&[0; 4]);
+    let garbage: Vec<Vec<u8>> = vec![
+        vec![0xff; 64],
+        b"GET / HTTP/1.1\r\nHost: vhu\r\n\r\n".to_vec(),
+        unknown,
+        hdr(1, 0, 0),
+        too_big,
+        short_body,
+    ];
+    for g in &garbage {
+        expect_hangup_after(echo.socket(), g);
+    }
+    let mut drv = echo.connect(DriverOpts::default());
+    let mut tally = [Tally::default()];
+    traffic_flows(&mut drv, 1, 0, &mut tally);
+    wait_until("all connections counted", || {
+        echo.port().connections() == garbage.len() as u64 + 1
+    });
+    assert_no_violations(&drv);
+    let c = echo.stop();
+    assert_clean_counts(&c[0], tally[0], "after garbage");
+}
+
+#[test]
+fn queue_num_and_mq_follow_the_pair_count() {
+    for pairs in [1u16, 4] {
+        let echo = Echo::server(&format!("proto-mq{pairs}"), |cfg| cfg.queue_pairs = pairs);
+        let opts = DriverOpts {
+            queue_pairs: pairs,
+            active_pairs: pairs,
+            ..DriverOpts::default()
+        };
+        let mut drv = echo.connect(opts.clone());
+        assert_eq!(drv.queue_num(), Some(u64::from(pairs)), "GET_QUEUE_NUM");
+        assert_eq!(
+            drv.offered_features() & bits::MQ != 0,
+            pairs > 1,
+            "MQ offer"
+        );
+        assert_eq!(drv.acked_features() & bits::MQ != 0, pairs > 1, "MQ ack");
+        let mut tally = vec![Tally::default(); usize::from(pairs)];
+        traffic_flows(&mut drv, pairs, 0, &mut tally);
+        drop(drv);
+
+        // More pairs than the device has: the driver gives up; the port serves the next one.
+        let err = TestDriver::connect(
+            echo.socket(),
+            DriverOpts {
+                queue_pairs: pairs + 1,
+                active_pairs: pairs + 1,
+                ..DriverOpts::default()
+            },
+        )
+        .expect_err("more pairs than offered");
+        assert!(
+            matches!(err, DriverError::TooManyQueuePairs { max, wanted }
+                if max == u64::from(pairs) && wanted == pairs + 1),
+            "{err:?}"
+        );
+
+        // Only some pairs enabled: a disabled pair's rings are not used until enabled.
+        let mut drv = echo.connect(DriverOpts {
+            active_pairs: 1,
+            ..opts
+        });
+        traffic_flows(&mut drv, 1, 1, &mut tally);
+        if pairs > 1 {
+            let last = pairs - 1;
+            refill_rx(&mut drv, last, 16, 2048, RxLayout::Single);
+            let frames = vec![frame(300, seed(last, 2, 0))];
+            let hdr = drv.zero_hdr();
+            drv.send_frame(last, &hdr, &frames[0], TxLayout::Single)
+                .unwrap();
+            drv.kick_raw(drv.vring_index(last, false).unwrap()).unwrap();
+            std::thread::sleep(SETTLE);
+            assert!(
+                drv.tx_completions(last).is_empty(),
+                "a disabled ring was used"
+            );
+            drv.set_pair_enabled(last, true).expect("SET_VRING_ENABLE");
+            let got = drv.recv_frames_until(last, 1, TIMEOUT);
+            assert_eq!(got.len(), 1);
+            assert!(got[0].data == echoed(&frames[0]));
+            assert_eq!(drv.tx_completions_until(last, 1, TIMEOUT).len(), 1);
+            tally[usize::from(last)].add(&frames);
+        }
+        assert_eq!(echo.port().connections(), 3);
+        assert_no_violations(&drv);
+        let c = echo.stop();
+        for (qp, (c, t)) in c.iter().zip(&tally).enumerate() {
+            assert_clean_counts(c, *t, &format!("{pairs} pairs, qp {qp}"));
+        }
+    }
+}
+
+#[test]
+fn max_mem_slots_and_add_mem_reg() {
+    let echo = Echo::server("proto-memslots", |_| {});
+    let mut drv = echo.connect(DriverOpts {
+        mem_table: MemTableMode::AddMemReg,
+        split_regions: true,
+        ..DriverOpts::default()
+    });
+    assert_eq!(drv.max_mem_slots(), Some(509), "GET_MAX_MEM_SLOTS");
+    let mut tally = Tally::default();
+    let echo_batch = |drv: &mut TestDriver, batch: usize, tally: &mut Tally| {
+        refill_rx(drv, 0, 32, 2048, RxLayout::Split(2));
+        let frames: Vec<Vec<u8>> = SIZES
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| frame(l, seed(0, batch, i)))
+            .collect();
+        round_trip(
+            drv,
+            0,
+            &VirtioNetHdr::default(),
+            &frames,
+            TxLayout::Segments(4),
+        );
+        tally.add(&frames);
+    };
+    echo_batch(&mut drv, 0, &mut tally);
+
+    // Hot-plug six more regions while the rings run, then unplug them.
+    let dir = TempDir::new("memslots-extra");
+    const SIZE: u64 = 1 << 20;
+    let files: Vec<File> = (0..6)
+        .map(|i| {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(dir.path().join(format!("r{i}")))
+                .expect("region file");
+            f.set_len(SIZE).expect("size region file");
+            f
+        })
+        .collect();
+    let regions: Vec<VhostUserMemoryRegionInfo> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| VhostUserMemoryRegionInfo {
+            guest_phys_addr: 0x100_0000_0000 + 2 * SIZE * i as u64,
+            memory_size: SIZE,
+            userspace_addr: 0x5000_0000_0000 + 2 * SIZE * i as u64,
+            mmap_offset: 0,
+            mmap_handle: f.as_raw_fd(),
+        })
+        .collect();
+    for r in &regions {
+        drv.frontend().add_mem_region(r).expect("ADD_MEM_REG");
+    }
+    echo_batch(&mut drv, 1, &mut tally);
+    for r in &regions {
+        drv.frontend().remove_mem_region(r).expect("REM_MEM_REG");
+    }
+    echo_batch(&mut drv, 2, &mut tally);
+    assert_no_violations(&drv);
+    let c = echo.stop();
+    assert_clean_counts(&c[0], tally, "memory slots");
+}
