@@ -199,6 +199,8 @@ impl<'de> Deserialize<'de> for Vlan {
 /// A port, as the API and the configuration file describe it. Optional
 /// fields are `None` when not given; [`PortSpec::validate`] says whether the
 /// combination makes sense.
+// Absent fields are `None` and are left out when written back.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortSpec {
@@ -208,46 +210,32 @@ pub struct PortSpec {
     pub kind: PortKind,
     /// vhost-user: the socket (file name under the socket directory, or an
     /// absolute path).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
     /// vhost-user: who creates the socket.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
     /// Uplinks and TAPs: the interface.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
     /// Queue pairs (vhost-user) or queues (uplinks).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u32>,
     /// Allowed source MACs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<Vec<MacAddr>>,
     /// MTU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
     /// VLAN mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlan: Option<Vlan>,
     /// Checksum and segmentation offloads.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offloads: Option<bool>,
     /// vhost-user server: the socket's owner.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// vhost-user server: the socket's group.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     /// vhost-user server: the socket's mode, in octal.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// The PMD thread that serves this port.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pmd: Option<u32>,
     /// AF_XDP zero-copy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zero_copy: Option<ZeroCopy>,
     /// AF_PACKET qdisc bypass.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qdisc_bypass: Option<bool>,
 }
 

@@ -105,6 +105,7 @@ mod tests {
 
     const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
     const B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
+    const C: [u8; 6] = [2, 0, 0, 0, 0, 0xc];
     const BCAST: [u8; 6] = [0xff; 6];
 
     fn port(id: PortId, vlan: VlanMode) -> Ingress {
@@ -115,39 +116,53 @@ mod tests {
         }
     }
 
-    fn head(dst: [u8; 6], src: [u8; 6], tci: Option<u16>) -> Head {
-        Head { dst, src, tci }
+    /// One frame: ingress port, dst, src, 802.1Q TCI, time, expected verdict.
+    type Step<'a> = (&'a Ingress, [u8; 6], [u8; 6], Option<u16>, u64, Verdict);
+
+    #[track_caller]
+    fn run(f: &mut Fdb, steps: &[Step<'_>]) {
+        for (i, &(p, dst, src, tci, now, want)) in steps.iter().enumerate() {
+            let h = Head { dst, src, tci };
+            assert_eq!(
+                decide(p, &h, f, now),
+                want,
+                "step {i}: {h:?} from port {}",
+                p.id
+            );
+        }
+    }
+
+    const fn fwd(port: PortId, vlan: u16) -> Verdict {
+        Verdict::Forward { port, vlan }
+    }
+
+    const fn flood(vlan: u16) -> Verdict {
+        Verdict::Flood { vlan }
+    }
+
+    const fn drop(r: DropReason) -> Verdict {
+        Verdict::Drop(r)
     }
 
     #[test]
     fn learn_then_forward() {
         let mut f = Fdb::new(FdbConfig::default());
         let (p1, p2) = (port(1, VlanMode::default()), port(2, VlanMode::default()));
-        // Unknown destination: flood; the source is learned.
-        assert_eq!(
-            decide(&p1, &head(B, A, None), &mut f, 0),
-            Verdict::Flood { vlan: 0 }
+        run(
+            &mut f,
+            &[
+                // Unknown destination: flood; the source is learned.
+                (&p1, B, A, None, 0, flood(0)),
+                // The reply goes to where A was seen, and back.
+                (&p2, A, B, None, 1, fwd(1, 0)),
+                (&p1, B, A, None, 2, fwd(2, 0)),
+                // Broadcast floods even when known.
+                (&p1, BCAST, A, None, 3, flood(0)),
+                // A frame for an address on its own ingress port goes nowhere.
+                (&p1, A, C, None, 4, drop(DropReason::Hairpin)),
+            ],
         );
-        assert_eq!(f.lookup(0, &A, 0), Some(1));
-        // The reply is forwarded to where A was seen.
-        assert_eq!(
-            decide(&p2, &head(A, B, None), &mut f, 1),
-            Verdict::Forward { port: 1, vlan: 0 }
-        );
-        assert_eq!(
-            decide(&p1, &head(B, A, None), &mut f, 2),
-            Verdict::Forward { port: 2, vlan: 0 }
-        );
-        // Broadcast floods even when known.
-        assert_eq!(
-            decide(&p1, &head(BCAST, A, None), &mut f, 3),
-            Verdict::Flood { vlan: 0 }
-        );
-        // A frame for an address on its own ingress port goes nowhere.
-        assert_eq!(
-            decide(&p1, &head(A, [2, 0, 0, 0, 0, 0xc], None), &mut f, 4),
-            Verdict::Drop(DropReason::Hairpin)
-        );
+        assert_eq!(f.lookup(0, &A, 5), Some(1));
     }
 
     #[test]
@@ -155,17 +170,6 @@ mod tests {
         let mut f = Fdb::new(FdbConfig::default());
         let p10 = port(1, VlanMode::Access(10));
         let p20 = port(2, VlanMode::Access(20));
-        decide(&p10, &head(BCAST, A, None), &mut f, 0);
-        // B in VLAN 20 does not find A of VLAN 10: flooded in VLAN 20 only.
-        assert_eq!(
-            decide(&p20, &head(A, B, None), &mut f, 0),
-            Verdict::Flood { vlan: 20 }
-        );
-        // Tagged frames on an access port are refused.
-        assert_eq!(
-            decide(&p10, &head(B, A, Some(10)), &mut f, 0),
-            Verdict::Drop(DropReason::VlanDenied)
-        );
         let mut allowed = VlanSet::empty();
         allowed.insert(10);
         let t = port(
@@ -175,19 +179,20 @@ mod tests {
                 native: None,
             },
         );
-        assert_eq!(
-            decide(&t, &head(A, B, Some(0x2000 | 10)), &mut f, 0),
-            Verdict::Forward { port: 1, vlan: 10 },
-            "PCP bits ignored, VID 10 admitted"
-        );
-        assert_eq!(
-            decide(&t, &head(A, B, Some(11)), &mut f, 0),
-            Verdict::Drop(DropReason::VlanDenied)
-        );
-        assert_eq!(
-            decide(&t, &head(A, B, None), &mut f, 0),
-            Verdict::Drop(DropReason::VlanDenied),
-            "no native VLAN"
+        run(
+            &mut f,
+            &[
+                (&p10, BCAST, A, None, 0, flood(10)),
+                // B in VLAN 20 does not find A of VLAN 10: flooded in VLAN 20.
+                (&p20, A, B, None, 0, flood(20)),
+                // Tagged frames on an access port are refused.
+                (&p10, B, A, Some(10), 0, drop(DropReason::VlanDenied)),
+                // PCP bits are ignored: VID 10 is admitted on the trunk.
+                (&t, A, B, Some(0x2000 | 10), 0, fwd(1, 10)),
+                (&t, A, B, Some(11), 0, drop(DropReason::VlanDenied)),
+                // No native VLAN: untagged frames are refused.
+                (&t, A, B, None, 0, drop(DropReason::VlanDenied)),
+            ],
         );
     }
 
@@ -196,24 +201,17 @@ mod tests {
         let mut f = Fdb::new(FdbConfig::default());
         let mut locked = port(1, VlanMode::default());
         locked.macs = vec![A];
-        assert_eq!(
-            decide(&locked, &head(BCAST, A, None), &mut f, 0),
-            Verdict::Flood { vlan: 0 }
-        );
-        assert_eq!(
-            decide(&locked, &head(BCAST, B, None), &mut f, 0),
-            Verdict::Drop(DropReason::Spoofed)
+        let any = port(2, VlanMode::default());
+        run(
+            &mut f,
+            &[
+                (&locked, BCAST, A, None, 0, flood(0)),
+                (&locked, BCAST, B, None, 0, drop(DropReason::Spoofed)),
+                (&any, A, BCAST, None, 0, drop(DropReason::Malformed)),
+                (&any, A, [0; 6], None, 0, drop(DropReason::Malformed)),
+            ],
         );
         assert_eq!(f.lookup(0, &B, 0), None, "a spoofed source is not learned");
-        let any = port(2, VlanMode::default());
-        assert_eq!(
-            decide(&any, &head(A, BCAST, None), &mut f, 0),
-            Verdict::Drop(DropReason::Malformed)
-        );
-        assert_eq!(
-            decide(&any, &head(A, [0; 6], None), &mut f, 0),
-            Verdict::Drop(DropReason::Malformed)
-        );
     }
 
     #[test]
@@ -222,28 +220,21 @@ mod tests {
             aging: std::time::Duration::from_secs(1),
             ..FdbConfig::default()
         });
-        let (p1, p2, p3) = (
-            port(1, VlanMode::default()),
-            port(2, VlanMode::default()),
-            port(3, VlanMode::default()),
+        let ports = [1, 2, 3].map(|i| port(i, VlanMode::default()));
+        let [p1, p2, p3] = &ports;
+        run(
+            &mut f,
+            &[
+                (p1, BCAST, A, None, 0, flood(0)),
+                (p3, A, B, None, 0, fwd(1, 0)),
+                // A appears on port 2: it moves at once.
+                (p2, BCAST, A, None, 10, flood(0)),
+                (p3, A, B, None, 20, fwd(2, 0)),
+                // Silent for the aging time: unknown again.
+                (p3, A, B, None, 1_010, flood(0)),
+            ],
         );
-        decide(&p1, &head(BCAST, A, None), &mut f, 0);
-        assert_eq!(
-            decide(&p3, &head(A, B, None), &mut f, 0),
-            Verdict::Forward { port: 1, vlan: 0 }
-        );
-        // A appears on port 2: it moves at once.
-        decide(&p2, &head(BCAST, A, None), &mut f, 10);
         assert_eq!(f.counters().moved, 1);
-        assert_eq!(
-            decide(&p3, &head(A, B, None), &mut f, 20),
-            Verdict::Forward { port: 2, vlan: 0 }
-        );
-        // Silent for the aging time: unknown again.
-        assert_eq!(
-            decide(&p3, &head(A, B, None), &mut f, 1_010),
-            Verdict::Flood { vlan: 0 }
-        );
         assert_eq!(f.learn(0, &A, 2, 1_010), Learned::Refreshed);
     }
 }

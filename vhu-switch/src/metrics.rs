@@ -21,31 +21,15 @@
 
 use std::fmt::Write;
 
-use vhost_net_backend::stats::DropCounts;
+use vhost_net_backend::DropReason;
+use vhu_api::QueueStats;
 
 use crate::fdb::FdbCounters;
 
 /// The `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Counters of one queue (pair) of a port.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueueSample {
-    /// Frames into the port's guest or NIC.
-    pub rx_packets: u64,
-    /// Bytes of those.
-    pub rx_bytes: u64,
-    /// Frames from the port into the switch.
-    pub tx_packets: u64,
-    /// Bytes of those.
-    pub tx_bytes: u64,
-    /// Frames for the port that did not make it, by reason.
-    pub rx_drops: DropCounts,
-    /// Frames from the port that went nowhere, by reason.
-    pub tx_drops: DropCounts,
-}
-
-/// One port.
+/// One port: the counters `GET /ports/{name}/stats` shows, per queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PortSample {
     /// Its name.
@@ -56,7 +40,7 @@ pub struct PortSample {
     /// open).
     pub connected: bool,
     /// Per queue (pair).
-    pub queues: Vec<QueueSample>,
+    pub queues: Vec<QueueStats>,
 }
 
 /// One PMD thread.
@@ -143,149 +127,167 @@ impl Exposition {
     }
 }
 
+/// A family: name, help, and how to read its value from a row.
+type Family<T> = (&'static str, &'static str, fn(&T) -> u64);
+/// A row: its labels and what the families read.
+type Row<'a, T> = (Vec<(&'static str, String)>, &'a T);
+
+/// Writes each family over every row.
+fn emit<T>(e: &mut Exposition, kind: Kind, families: &[Family<T>], rows: &[Row<'_, T>]) {
+    for (name, help, get) in families {
+        e.family(name, help, kind);
+        for (labels, item) in rows {
+            let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            e.sample(name, &labels, get(item));
+        }
+    }
+}
+
+const QUEUE_FAMILIES: [Family<QueueStats>; 4] = [
+    (
+        "vhu_port_rx_packets_total",
+        "Frames delivered into the port's guest or NIC.",
+        |q| q.rx_packets,
+    ),
+    (
+        "vhu_port_rx_bytes_total",
+        "Bytes of the frames delivered into the port's guest or NIC.",
+        |q| q.rx_bytes,
+    ),
+    (
+        "vhu_port_tx_packets_total",
+        "Frames the port's guest or NIC sent into the switch.",
+        |q| q.tx_packets,
+    ),
+    (
+        "vhu_port_tx_bytes_total",
+        "Bytes of the frames the port's guest or NIC sent into the switch.",
+        |q| q.tx_bytes,
+    ),
+];
+
+const PMD_FAMILIES: [Family<PmdSample>; 3] = [
+    (
+        "vhu_pmd_busy_cycles_total",
+        "TSC cycles the PMD thread spent in polls that moved frames.",
+        |p| p.busy_cycles,
+    ),
+    (
+        "vhu_pmd_idle_cycles_total",
+        "TSC cycles the PMD thread spent in polls that found nothing.",
+        |p| p.idle_cycles,
+    ),
+    (
+        "vhu_pmd_frames_total",
+        "Frames the PMD thread moved.",
+        |p| p.frames,
+    ),
+];
+
+const FDB_FAMILIES: [Family<Snapshot>; 4] = [
+    ("vhu_fdb_learned_total", "Addresses learned.", |s| {
+        s.fdb.learned
+    }),
+    (
+        "vhu_fdb_moved_total",
+        "Addresses that moved to another port.",
+        |s| s.fdb.moved,
+    ),
+    ("vhu_fdb_aged_total", "Entries that aged out.", |s| {
+        s.fdb.aged
+    }),
+    (
+        "vhu_fdb_limit_hits_total",
+        "Addresses not learned because the table or a port's quota was full.",
+        |s| s.fdb.limit_hits,
+    ),
+];
+
 /// Renders a snapshot.
 pub fn render(s: &Snapshot) -> String {
     let mut e = Exposition::default();
-    type Get = fn(&QueueSample) -> u64;
-    let queue_counters: [(&str, &str, Get); 4] = [
-        (
-            "vhu_port_rx_packets_total",
-            "Frames delivered into the port's guest or NIC.",
-            |q| q.rx_packets,
-        ),
-        (
-            "vhu_port_rx_bytes_total",
-            "Bytes of the frames delivered into the port's guest or NIC.",
-            |q| q.rx_bytes,
-        ),
-        (
-            "vhu_port_tx_packets_total",
-            "Frames the port's guest or NIC sent into the switch.",
-            |q| q.tx_packets,
-        ),
-        (
-            "vhu_port_tx_bytes_total",
-            "Bytes of the frames the port's guest or NIC sent into the switch.",
-            |q| q.tx_bytes,
-        ),
-    ];
-    for (name, help, get) in queue_counters {
-        e.family(name, help, Kind::Counter);
-        for p in &s.ports {
-            for (i, q) in p.queues.iter().enumerate() {
-                e.sample(
-                    name,
-                    &[("port", &p.name), ("queue", &i.to_string())],
-                    get(q),
-                );
-            }
-        }
-    }
-    type Drops = fn(&QueueSample) -> &DropCounts;
-    let drop_counters: [(&str, &str, Drops); 2] = [
+    let queues: Vec<Row<'_, QueueStats>> = s
+        .ports
+        .iter()
+        .flat_map(|p| {
+            p.queues
+                .iter()
+                .enumerate()
+                .map(|(i, q)| (vec![("port", p.name.clone()), ("queue", i.to_string())], q))
+        })
+        .collect();
+    emit(&mut e, Kind::Counter, &QUEUE_FAMILIES, &queues);
+    // Every reason of every queue, zeros included: series do not appear
+    // out of nowhere when a first drop happens.
+    for (name, help, rx) in [
         (
             "vhu_port_rx_dropped_total",
             "Frames for the port that were not delivered, by reason.",
-            |q| &q.rx_drops,
+            true,
         ),
         (
             "vhu_port_tx_dropped_total",
             "Frames from the port that were not forwarded, by reason.",
-            |q| &q.tx_drops,
+            false,
         ),
-    ];
-    for (name, help, get) in drop_counters {
+    ] {
         e.family(name, help, Kind::Counter);
-        for p in &s.ports {
-            for (i, q) in p.queues.iter().enumerate() {
-                let qi = i.to_string();
-                for (r, n) in get(q).iter() {
-                    e.sample(
-                        name,
-                        &[("port", &p.name), ("queue", &qi), ("reason", r.name())],
-                        n,
-                    );
-                }
+        for (labels, q) in &queues {
+            let drops = if rx { &q.rx_dropped } else { &q.tx_dropped };
+            for r in DropReason::ALL {
+                let n = drops.get(r.name()).copied().unwrap_or(0);
+                e.sample(
+                    name,
+                    &[
+                        ("port", &labels[0].1),
+                        ("queue", &labels[1].1),
+                        ("reason", r.name()),
+                    ],
+                    n,
+                );
             }
         }
     }
-    e.family(
+    let connected: Vec<Row<'_, PortSample>> = s
+        .ports
+        .iter()
+        .map(|p| (vec![("port", p.name.clone()), ("kind", p.kind.clone())], p))
+        .collect();
+    let connected_family: [Family<PortSample>; 1] = [(
         "vhu_port_connected",
         "1 while a frontend is connected to the port (uplinks: while the interface is open).",
-        Kind::Gauge,
-    );
-    for p in &s.ports {
-        e.sample(
-            "vhu_port_connected",
-            &[("port", &p.name), ("kind", &p.kind)],
-            u64::from(p.connected),
-        );
-    }
-    type Pmd = fn(&PmdSample) -> u64;
-    let pmd_counters: [(&str, &str, Pmd); 3] = [
-        (
-            "vhu_pmd_busy_cycles_total",
-            "TSC cycles the PMD thread spent in polls that moved frames.",
-            |p| p.busy_cycles,
-        ),
-        (
-            "vhu_pmd_idle_cycles_total",
-            "TSC cycles the PMD thread spent in polls that found nothing.",
-            |p| p.idle_cycles,
-        ),
-        (
-            "vhu_pmd_frames_total",
-            "Frames the PMD thread moved.",
-            |p| p.frames,
-        ),
-    ];
-    for (name, help, get) in pmd_counters {
-        e.family(name, help, Kind::Counter);
-        for p in &s.pmds {
-            e.sample(name, &[("pmd", &p.id.to_string())], get(p));
-        }
-    }
-    e.family(
+        |p| u64::from(p.connected),
+    )];
+    emit(&mut e, Kind::Gauge, &connected_family, &connected);
+    let pmds: Vec<Row<'_, PmdSample>> = s
+        .pmds
+        .iter()
+        .map(|p| (vec![("pmd", p.id.to_string())], p))
+        .collect();
+    emit(&mut e, Kind::Counter, &PMD_FAMILIES, &pmds);
+    let whole: [Row<'_, Snapshot>; 1] = [(Vec::new(), s)];
+    let entries: [Family<Snapshot>; 1] = [(
         "vhu_fdb_entries",
         "Entries in the forwarding database.",
-        Kind::Gauge,
-    );
-    e.sample("vhu_fdb_entries", &[], s.fdb_entries);
-    let fdb: [(&str, &str, u64); 4] = [
-        ("vhu_fdb_learned_total", "Addresses learned.", s.fdb.learned),
-        (
-            "vhu_fdb_moved_total",
-            "Addresses that moved to another port.",
-            s.fdb.moved,
-        ),
-        ("vhu_fdb_aged_total", "Entries that aged out.", s.fdb.aged),
-        (
-            "vhu_fdb_limit_hits_total",
-            "Addresses not learned because the table or a port's quota was full.",
-            s.fdb.limit_hits,
-        ),
-    ];
-    for (name, help, v) in fdb {
-        e.family(name, help, Kind::Counter);
-        e.sample(name, &[], v);
-    }
+        |s| s.fdb_entries,
+    )];
+    emit(&mut e, Kind::Gauge, &entries, &whole);
+    emit(&mut e, Kind::Counter, &FDB_FAMILIES, &whole);
     e.finish()
 }
 
 #[cfg(test)]
 mod tests {
-    use vhost_net_backend::DropReason;
-
     use super::*;
 
     #[test]
     fn renders_every_family_with_help_and_type() {
-        let mut q = QueueSample {
+        let mut q = QueueStats {
             rx_packets: 5,
             tx_bytes: 640,
-            ..QueueSample::default()
+            ..QueueStats::default()
         };
-        q.rx_drops.add(DropReason::NoBuffers, 2);
+        q.rx_dropped.insert("no_buffers".into(), 2);
         let s = Snapshot {
             ports: vec![PortSample {
                 name: "vm\"1".into(),

@@ -494,21 +494,12 @@ mod tests {
     fn port_lifecycle() {
         let f = Fake::default();
         assert_eq!(call(&f, "GET", "/ports", "").0, 200);
-        let (s, b) = call(
-            &f,
-            "POST",
-            "/ports",
-            r#"{"name":"vm1","kind":"vhost-user"}"#,
-        );
+        const VM1: &str = r#"{"name":"vm1","kind":"vhost-user"}"#;
+        let (s, b) = call(&f, "POST", "/ports", VM1);
         assert_eq!(s, 201, "{b}");
         assert_eq!(call(&f, "GET", "/ports/vm1", "").0, 200);
         assert_eq!(call(&f, "GET", "/ports/vm1/stats", "").0, 200);
-        let (s, b) = call(
-            &f,
-            "POST",
-            "/ports",
-            r#"{"name":"vm1","kind":"vhost-user"}"#,
-        );
+        let (s, b) = call(&f, "POST", "/ports", VM1);
         assert_eq!((s, b.contains("exists")), (409, true));
         assert_eq!(call(&f, "DELETE", "/ports/vm1", "").0, 204);
         assert_eq!(call(&f, "DELETE", "/ports/vm1", "").0, 404);
