@@ -11,6 +11,7 @@
 //! | [`mac`] | [`MacAddr`]: parsed from and printed as `aa:bb:cc:dd:ee:ff` |
 //! | [`port`] | [`PortSpec`] (the port object), its kinds, roles, VLAN modes, and [`PortSpec::validate`] |
 //! | [`view`] | what the switch answers: [`PortView`] (a port and its state), [`PortStats`], FDB entries, health |
+//! | [`client`] | one request over a connected Unix stream, as `vhuctl`, `vhu-cni` and the tests send them |
 //! | [`error`] | [`ApiError`], the `{"error": "..."}` body of every refused request |
 //!
 //! Validation happens here, not in the handlers: a spec that passes
@@ -20,6 +21,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod client;
 pub mod error;
 pub mod mac;
 pub mod port;
