@@ -114,11 +114,8 @@
 //!
 //! [`tx_push`]: crate::io::Uplink::tx_push
 
-#![allow(unsafe_code)]
-
 mod bpf;
 mod ring;
-mod sys;
 mod umem;
 
 use std::fmt;
@@ -127,12 +124,14 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use self::ring::{ConsumerRing, ProducerRing, RingMem};
+use self::ring::{ConsumerRing, ProducerRing};
 use self::umem::Umem;
 use super::{Uplink, UplinkCounters, UplinkOffloads};
 use crate::net_hdr::VirtioNetHdr;
 use crate::queue::{copy_frame, FrameSource};
 use crate::stats::DropReason;
+use crate::sys::netdev::{self, IfName, IFNAME_RULE};
+use crate::sys::xdp::{self, XdpRing};
 
 /// Slots in the XSKMAP, i.e. the highest RX queue index + 1 a program can
 /// serve. 1024 covers every NIC's channel count; each slot is one pointer
@@ -496,7 +495,7 @@ pub enum AfXdpError {
 /// program; so does process exit, even by a crash.
 #[derive(Debug)]
 pub struct XdpProgram {
-    ifname: String,
+    ifname: IfName,
     ifindex: u32,
     mode: AttachMode,
     prog_id: u32,
@@ -516,7 +515,7 @@ impl XdpProgram {
     /// ([`AfXdpError::MapCreate`], [`AfXdpError::ProgLoad`],
     /// [`AfXdpError::LinkCreate`]). Needs `CAP_BPF` and `CAP_NET_ADMIN`.
     pub fn attach(ifname: &str, attach: Attach) -> Result<Arc<Self>, AfXdpError> {
-        let ifindex = interface_index(ifname)?;
+        let (name, ifindex) = interface_index(ifname)?;
         let map = bpf::create_xskmap(XSKMAP_ENTRIES).map_err(|source| AfXdpError::MapCreate {
             ifname: ifname.to_owned(),
             source,
@@ -555,7 +554,7 @@ impl XdpProgram {
         let prog_id = bpf::prog_id(prog.as_fd()).unwrap_or(0);
         tracing::info!("af_xdp: {ifname}: XDP program {prog_id} attached in {mode} mode");
         Ok(Arc::new(Self {
-            ifname: ifname.to_owned(),
+            ifname: name,
             ifindex,
             mode,
             prog_id,
@@ -567,7 +566,7 @@ impl XdpProgram {
 
     /// The interface.
     pub fn ifname(&self) -> &str {
-        &self.ifname
+        self.ifname.as_str()
     }
 
     /// The interface index.
@@ -592,17 +591,16 @@ impl XdpProgram {
     }
 }
 
-fn interface_index(ifname: &str) -> Result<u32, AfXdpError> {
-    if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
-        return Err(AfXdpError::Config {
-            ifname: ifname.to_owned(),
-            reason: format!("interface names are 1 to {} bytes", libc::IFNAMSIZ - 1),
-        });
-    }
-    sys::if_nametoindex(ifname).map_err(|source| AfXdpError::Interface {
+fn interface_index(ifname: &str) -> Result<(IfName, u32), AfXdpError> {
+    let name = IfName::new(ifname).map_err(|_| AfXdpError::Config {
+        ifname: ifname.to_owned(),
+        reason: format!("interface names are {IFNAME_RULE}"),
+    })?;
+    let index = netdev::ifindex(&name).map_err(|source| AfXdpError::Interface {
         ifname: ifname.to_owned(),
         source,
-    })
+    })?;
+    Ok((name, index))
 }
 
 // ===== socket set-up =====
@@ -639,7 +637,7 @@ fn open_socket(
     mode: BindMode,
 ) -> Result<Xsk, AfXdpError> {
     let queue_id = at.queue_id;
-    let fd = sys::xsk_socket().map_err(|source| AfXdpError::Socket {
+    let fd = xdp::socket().map_err(|source| AfXdpError::Socket {
         ifname: at.ifname(),
         queue_id,
         source,
@@ -655,7 +653,7 @@ fn open_socket(
         ("RX", libc::XDP_RX_RING, cfg.rx_size),
         ("TX", libc::XDP_TX_RING, cfg.tx_size),
     ] {
-        sys::setsockopt(fd.as_fd(), opt, &size).map_err(|source| AfXdpError::RingSize {
+        xdp::setsockopt(fd.as_fd(), opt, &size).map_err(|source| AfXdpError::RingSize {
             ifname: at.ifname(),
             queue_id,
             ring,
@@ -671,7 +669,7 @@ fn open_socket(
             source,
         }
     };
-    let (off, len) = sys::getsockopt::<libc::xdp_mmap_offsets>(fd.as_fd(), libc::XDP_MMAP_OFFSETS)
+    let (off, len) = xdp::getsockopt::<libc::xdp_mmap_offsets>(fd.as_fd(), libc::XDP_MMAP_OFFSETS)
         .map_err(map_err("offsets"))?;
     if len != std::mem::size_of::<libc::xdp_mmap_offsets>() {
         // Linux < 5.4: no flags word, hence no need_wakeup.
@@ -681,7 +679,7 @@ fn open_socket(
         )));
     }
     let fill = ProducerRing::new(
-        map_ring::<u64>(
+        XdpRing::<u64>::map(
             fd.as_fd(),
             &off.fr,
             cfg.fill_size,
@@ -690,7 +688,7 @@ fn open_socket(
         .map_err(map_err("fill"))?,
     );
     let comp = ConsumerRing::new(
-        map_ring::<u64>(
+        XdpRing::<u64>::map(
             fd.as_fd(),
             &off.cr,
             cfg.comp_size,
@@ -699,7 +697,7 @@ fn open_socket(
         .map_err(map_err("completion"))?,
     );
     let rx = ConsumerRing::new(
-        map_ring::<libc::xdp_desc>(
+        XdpRing::<libc::xdp_desc>::map(
             fd.as_fd(),
             &off.rx,
             cfg.rx_size,
@@ -708,7 +706,7 @@ fn open_socket(
         .map_err(map_err("RX"))?,
     );
     let tx = ProducerRing::new(
-        map_ring::<libc::xdp_desc>(
+        XdpRing::<libc::xdp_desc>::map(
             fd.as_fd(),
             &off.tx,
             cfg.tx_size,
@@ -719,7 +717,7 @@ fn open_socket(
     // Copy mode: let one sendto transmit a whole TX ring (Linux 6.17+;
     // older kernels say ENOPROTOOPT and keep 32 per call).
     if cfg.tx_size > KERNEL_TX_BATCH {
-        if let Err(e) = sys::setsockopt(fd.as_fd(), XDP_MAX_TX_SKB_BUDGET, &cfg.tx_size) {
+        if let Err(e) = xdp::setsockopt(fd.as_fd(), XDP_MAX_TX_SKB_BUDGET, &cfg.tx_size) {
             tracing::debug!(
                 "af_xdp: {} queue {queue_id}: TX budget stays {KERNEL_TX_BATCH}: {e}",
                 at.ifname
@@ -733,14 +731,7 @@ fn open_socket(
     if cfg.need_wakeup {
         flags |= libc::XDP_USE_NEED_WAKEUP;
     }
-    let addr = libc::sockaddr_xdp {
-        sxdp_family: libc::AF_XDP as u16,
-        sxdp_flags: flags,
-        sxdp_ifindex: ifindex,
-        sxdp_queue_id: queue_id,
-        sxdp_shared_umem_fd: 0,
-    };
-    sys::bind(fd.as_fd(), &addr).map_err(|source| {
+    xdp::bind(fd.as_fd(), ifindex, queue_id, flags).map_err(|source| {
         if mode == BindMode::ZeroCopy && source.raw_os_error() == Some(libc::EOPNOTSUPP) {
             AfXdpError::ZeroCopyUnsupported {
                 ifname: at.ifname(),
@@ -757,7 +748,7 @@ fn open_socket(
         }
     })?;
     // What the kernel actually bound (it is the authority).
-    let mode = match sys::getsockopt::<libc::xdp_options>(fd.as_fd(), libc::XDP_OPTIONS) {
+    let mode = match xdp::getsockopt::<libc::xdp_options>(fd.as_fd(), libc::XDP_OPTIONS) {
         Ok((o, _)) if o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0 => BindMode::ZeroCopy,
         Ok(_) => BindMode::Copy,
         Err(_) => mode,
@@ -770,24 +761,6 @@ fn open_socket(
         tx,
         mode,
     })
-}
-
-/// Maps one ring of `size` entries of `T`.
-fn map_ring<T>(
-    fd: std::os::fd::BorrowedFd<'_>,
-    off: &libc::xdp_ring_offset,
-    size: u32,
-    pgoff: u64,
-) -> io::Result<RingMem<T>> {
-    let len = usize::try_from(off.desc)
-        .ok()
-        .and_then(|d| d.checked_add(size as usize * std::mem::size_of::<T>()))
-        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
-    let map = sys::Mmap::ring(fd, len, pgoff)?;
-    // SAFETY: `map` is the kernel's mapping of this ring (`pgoff` selects
-    // it), `size` is the entry count we configured (a power of two), the
-    // offsets are the kernel's, and `len` covers all `size` descriptors.
-    Ok(unsafe { RingMem::from_mmap(map, size, off.producer, off.consumer, off.flags, off.desc) })
 }
 
 // ===== impl AfXdp =====
@@ -880,11 +853,11 @@ impl AfXdp {
         program: &Arc<XdpProgram>,
         cfg: AfXdpConfig,
     ) -> Result<Self, AfXdpError> {
-        let ifname = program.ifname.as_str();
+        let ifname = program.ifname();
         check_config(ifname, &cfg)?;
         let queue_id = cfg.queue_id;
         let at = Step { ifname, queue_id };
-        let mtu = sys::interface_mtu(ifname).map_err(|source| AfXdpError::Mtu {
+        let mtu = netdev::mtu(&program.ifname).map_err(|source| AfXdpError::Mtu {
             ifname: ifname.to_owned(),
             source,
         })?;
@@ -1016,8 +989,7 @@ impl AfXdp {
     /// # Errors
     /// `getsockopt(XDP_STATISTICS)` failed.
     pub fn kernel_stats(&self) -> io::Result<XdpStats> {
-        let (s, _) =
-            sys::getsockopt::<libc::xdp_statistics>(self.fd.as_fd(), libc::XDP_STATISTICS)?;
+        let s = xdp::statistics(self.fd.as_fd())?;
         Ok(XdpStats {
             rx_dropped: s.rx_dropped,
             rx_invalid_descs: s.rx_invalid_descs,
@@ -1091,7 +1063,7 @@ impl AfXdp {
     fn kick_tx(&mut self) -> io::Result<()> {
         for _ in 0..self.kick_limit {
             let before = self.tx.in_flight();
-            match sys::kick_tx(self.fd.as_fd()) {
+            match xdp::kick_tx(self.fd.as_fd()) {
                 Ok(()) => {}
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN | libc::EINTR | libc::ENOBUFS) => {}
@@ -1163,10 +1135,10 @@ impl Uplink for AfXdp {
         let (mut lent, mut bytes, mut bad) = (0usize, 0u64, 0u64);
         for _ in 0..max {
             let Some(desc) = self.rx.pop() else { break };
-            // SAFETY: the kernel handed this frame over through the RX ring;
-            // it is ours until `recycle_rx` + `refill` below put it back on
-            // the fill ring, after the callback has returned.
-            match unsafe { self.umem.frame(desc.addr, desc.len) } {
+            // Ownership: the kernel handed this frame over through the RX
+            // ring; it is ours until `recycle_rx` + `refill` below put it
+            // back on the fill ring, after the callback has returned.
+            match self.umem.frame(desc.addr, desc.len) {
                 Some(frame) => {
                     f(&hdr, frame);
                     lent += 1;
@@ -1183,7 +1155,7 @@ impl Uplink for AfXdp {
         c.rx_bytes = c.rx_bytes.wrapping_add(bytes);
         c.rx_drops.add(DropReason::TooLong, bad);
         if self.need_wakeup && self.fill.needs_wakeup() {
-            if let Err(e) = sys::kick_rx(self.fd.as_fd()) {
+            if let Err(e) = xdp::kick_rx(self.fd.as_fd()) {
                 if !matches!(
                     e.raw_os_error(),
                     Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)
@@ -1226,10 +1198,10 @@ impl Uplink for AfXdp {
             }
         }
         let base = self.tx_free.pop().expect("tx_room checked");
-        // SAFETY: `base` came off the TX free list: the kernel completed it
-        // (or never had it) and it is not in the TX ring, so nothing else
+        // Ownership: `base` came off the TX free list: the kernel completed
+        // it (or never had it) and it is not in the TX ring, so nothing else
         // reads or writes it until we push it below.
-        let buf = unsafe { self.umem.frame_mut(base) };
+        let buf = self.umem.frame_mut(base);
         let n = copy_frame(frame, &mut buf[..len]);
         if n < ETH_HLEN {
             // The source wrote less than it announced: never hand the
