@@ -44,22 +44,27 @@ impl Mmap {
         )
     }
 
-    /// A shared mapping of a socket's rings at byte offset `offset` (the
-    /// AF_XDP rings are selected by offset; packet sockets map at 0),
-    /// pre-faulted if `populate`.
-    pub(crate) fn shared(
+    /// A shared mapping of a socket's rings (packet sockets map all their
+    /// rings at once, from offset 0).
+    pub(crate) fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Self> {
+        mmap(len, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    }
+
+    /// A shared mapping of the socket ring at byte offset `offset` (AF_XDP
+    /// selects its rings by offset), pre-faulted.
+    pub(crate) fn shared_populated(
         fd: BorrowedFd<'_>,
         len: usize,
         offset: u64,
-        populate: bool,
     ) -> io::Result<Self> {
         let off = libc::off_t::try_from(offset)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let mut flags = libc::MAP_SHARED;
-        if populate {
-            flags |= libc::MAP_POPULATE;
-        }
-        mmap(len, flags, fd.as_raw_fd(), off)
+        mmap(
+            len,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd.as_raw_fd(),
+            off,
+        )
     }
 
     /// Start of the mapping, as an address (for `XDP_UMEM_REG`).

@@ -16,7 +16,7 @@
 //!
 //! This module and `ring/` are the only places that opt into `unsafe`.
 //! Memory shared with the kernel (mmap'd rings and UMEM) is reached only
-//! through [`mmap::Mmap`] and [`xdp::XdpRing`], whose safe methods check
+//! through `mmap::Mmap` and `xdp::XdpRing`, whose safe methods check
 //! bounds and alignment and use atomics for the words both sides write.
 #![allow(unsafe_code)]
 

@@ -121,7 +121,7 @@ impl<T: Pod> XdpRing<T> {
             .ok()
             .and_then(|d| d.checked_add(size as usize * size_of::<T>()))
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
-        let map = Mmap::shared(fd, len, pgoff, true)?;
+        let map = Mmap::shared_populated(fd, len, pgoff)?;
         Self::new(Arc::new(map), size, off)
     }
 

@@ -24,6 +24,10 @@
 //! protocol guarantees: a producer never has more than `size` entries
 //! outstanding).
 //!
+//! The shared memory itself (the atomics and the descriptor slots, every
+//! access bounds-checked) is `crate::sys::xdp::XdpRing`; this file is the
+//! bookkeeping over it.
+//!
 //! User space **produces** on the fill and TX rings ([`ProducerRing`]) and
 //! **consumes** from the RX and completion rings ([`ConsumerRing`]); the
 //! kernel is the other side of each.

@@ -73,7 +73,7 @@ use std::mem::offset_of;
 #[cfg(test)]
 use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 use super::offload::{self, Segmenter};
 use super::{Uplink, UplinkCounters, UplinkOffloads};
@@ -82,8 +82,14 @@ use crate::net_hdr::{self, VirtioNetHdr};
 use crate::queue::{copy_frame, FrameSource};
 use crate::stats::{DropCounts, DropReason};
 use crate::sys::mmap::{self, Mmap};
-use crate::sys::netdev::{self, IfName, IFNAME_RULE};
+use crate::sys::netdev::{self, IfName};
 use crate::sys::{packet, socket};
+
+mod config;
+mod ring;
+
+pub use self::config::{AfPacketConfig, AfPacketError, FanoutMode, RxRingConfig, TxRingConfig};
+use self::ring::{Cursor, RxRing, TxRing};
 
 /// `SO_SNDBUFFORCE` where the generic socket option numbers apply.
 #[cfg(any(
@@ -115,172 +121,6 @@ const VLAN_HLEN: usize = 4;
 const ETH_ALEN2: usize = 12;
 /// The 802.1Q tag protocol identifier.
 const ETH_P_8021Q: u16 = 0x8100;
-
-/// How a fanout group spreads frames over its sockets (`PACKET_FANOUT_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FanoutMode {
-    /// By flow hash (`PACKET_FANOUT_HASH`): a flow stays on one socket.
-    Hash,
-    /// Round robin (`PACKET_FANOUT_LB`).
-    LoadBalance,
-    /// By receiving CPU (`PACKET_FANOUT_CPU`).
-    Cpu,
-    /// Fill one socket, then the next (`PACKET_FANOUT_ROLLOVER`).
-    Rollover,
-    /// Random (`PACKET_FANOUT_RND`).
-    Random,
-    /// By the NIC's RX queue (`PACKET_FANOUT_QM`).
-    QueueMapping,
-}
-
-impl FanoutMode {
-    const fn raw(self) -> u32 {
-        match self {
-            FanoutMode::Hash => libc::PACKET_FANOUT_HASH,
-            FanoutMode::LoadBalance => libc::PACKET_FANOUT_LB,
-            FanoutMode::Cpu => libc::PACKET_FANOUT_CPU,
-            FanoutMode::Rollover => libc::PACKET_FANOUT_ROLLOVER,
-            FanoutMode::Random => libc::PACKET_FANOUT_RND,
-            FanoutMode::QueueMapping => libc::PACKET_FANOUT_QM,
-        }
-    }
-}
-
-/// Geometry of the TPACKET_V3 receive ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RxRingConfig {
-    /// Bytes per block: a multiple of the page size, at least
-    /// [`MIN_RX_BLOCK_SIZE`] (a 64 KiB GSO frame and its headers must fit in
-    /// one block, or it is truncated and dropped).
-    pub block_size: u32,
-    /// Number of blocks.
-    pub block_count: u32,
-    /// Milliseconds after which the kernel hands over a block that is not
-    /// full (`tp_retire_blk_tov`): the worst-case added latency at low
-    /// rates. 0 lets the kernel choose (several ms).
-    pub block_timeout_ms: u32,
-}
-
-impl Default for RxRingConfig {
-    /// 16 blocks of 256 KiB (4 MiB), 1 ms timeout.
-    fn default() -> Self {
-        Self {
-            block_size: 256 * 1024,
-            block_count: 16,
-            block_timeout_ms: 1,
-        }
-    }
-}
-
-/// Geometry of the transmit ring (fixed-size slots, TPACKET_V3 layout).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TxRingConfig {
-    /// Bytes per block: a multiple of the page size; it holds
-    /// `block_size / frame_size` slots.
-    pub block_size: u32,
-    /// Number of blocks.
-    pub block_count: u32,
-    /// Bytes per slot: a multiple of the page size (so that a 64 KiB frame
-    /// never spans more pages than an skb has fragments). A slot holds a
-    /// 48-byte slot header, the virtio-net header and the frame.
-    pub frame_size: u32,
-}
-
-impl Default for TxRingConfig {
-    /// 4 blocks of 1 MiB, 15 slots of 68 KiB each (60 slots, each taking
-    /// a 64 KiB super-frame).
-    fn default() -> Self {
-        Self {
-            block_size: 1024 * 1024,
-            block_count: 4,
-            frame_size: 68 * 1024,
-        }
-    }
-}
-
-/// How to open an [`AfPacket`] uplink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AfPacketConfig {
-    /// Carry offloads (partial checksums, TSO/UFO/USO super-frames) to and
-    /// from the kernel. When false the uplink announces no offloads: frames
-    /// to transmit must be complete ([`DropReason::OffloadUnsupported`]
-    /// otherwise), and
-    /// received partial checksums and super-frames are completed and
-    /// segmented in software before they are lent. (The socket takes the
-    /// kernel's virtio-net header either way: it is what identifies them.)
-    pub vnet_hdr: bool,
-    /// Bypass the qdisc layer on transmit (`PACKET_QDISC_BYPASS`): faster,
-    /// but frames the driver cannot queue are dropped instead of waiting,
-    /// and the kernel cannot segment in software on this path: super-frames
-    /// reach only interfaces that segment them themselves (veth does; check
-    /// `ethtool -k` for others) and are dropped otherwise (counted in
-    /// `tx_drops` as `Refused`). Off by default.
-    pub qdisc_bypass: bool,
-    /// Put the interface in promiscuous mode while the socket is open
-    /// (`PACKET_MR_PROMISC` membership), so frames for the guests' MAC
-    /// addresses are received.
-    pub promiscuous: bool,
-    /// Join fanout group `.0` (per network namespace) with mode `.1`.
-    pub fanout: Option<(u16, FanoutMode)>,
-    /// Receive ring.
-    pub rx_ring: RxRingConfig,
-    /// Transmit ring.
-    pub tx_ring: TxRingConfig,
-}
-
-impl Default for AfPacketConfig {
-    /// Offloads on, qdisc bypass off, promiscuous, no fanout, default rings.
-    fn default() -> Self {
-        Self {
-            vnet_hdr: true,
-            qdisc_bypass: false,
-            promiscuous: true,
-            fanout: None,
-            rx_ring: RxRingConfig::default(),
-            tx_ring: TxRingConfig::default(),
-        }
-    }
-}
-
-/// Why an [`AfPacket`] uplink could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum AfPacketError {
-    /// The name is empty, too long (max 15 bytes) or contains NUL.
-    #[error("invalid interface name {0:?} ({rule})", rule = IFNAME_RULE)]
-    Name(String),
-    /// No interface has this name in the caller's network namespace.
-    #[error("interface {0} not found")]
-    NotFound(String),
-    /// The caller lacks CAP_NET_RAW (or CAP_NET_ADMIN for promiscuous mode
-    /// and fanout).
-    #[error("permission denied opening a packet socket on {ifname} (needs CAP_NET_RAW and CAP_NET_ADMIN)")]
-    Permission {
-        /// The interface.
-        ifname: String,
-        /// The error of the step that was refused.
-        #[source]
-        source: io::Error,
-    },
-    /// The ring geometry is invalid.
-    #[error("invalid ring geometry for {ifname}: {reason}")]
-    Geometry {
-        /// The interface.
-        ifname: String,
-        /// What is wrong.
-        reason: &'static str,
-    },
-    /// A step of the socket or ring set-up failed.
-    #[error("cannot set up the packet socket on {ifname}: {step}")]
-    Setup {
-        /// The interface.
-        ifname: String,
-        /// The step that failed (e.g. `PACKET_RX_RING`).
-        step: &'static str,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-}
 
 // ===== native-endian header access =====
 //
@@ -325,115 +165,6 @@ fn hdr_to_ne(h: &VirtioNetHdr) -> [u8; net_hdr::MAX_HDR_LEN] {
 const TX_OFFLOADS: u64 =
     bits::CSUM | bits::HOST_TSO4 | bits::HOST_TSO6 | bits::HOST_ECN | bits::HOST_UFO;
 const RX_OFFLOADS: u64 = bits::GUEST_CSUM | bits::GUEST_TSO4 | bits::GUEST_TSO6 | bits::GUEST_ECN;
-
-// ===== rings =====
-
-/// Where the consumer is inside a block it owns.
-#[derive(Debug, Clone, Copy)]
-struct Cursor {
-    /// Frames not lent yet.
-    remaining: u32,
-    /// Block offset of the next frame's `tpacket3_hdr`.
-    offset: usize,
-}
-
-/// The receive ring: `block_count` blocks of `block_size` bytes at the
-/// start of the mapping.
-#[derive(Debug)]
-struct RxRing {
-    block_size: usize,
-    block_count: usize,
-    /// Block to look at (or being consumed).
-    next: usize,
-    cursor: Option<Cursor>,
-}
-
-impl RxRing {
-    /// Mapping offset of block `i`.
-    #[inline]
-    fn block(&self, i: usize) -> usize {
-        debug_assert!(i < self.block_count);
-        // Invariant: i < block_count, so the block lies inside the mapping
-        // (blocks are page-aligned).
-        i * self.block_size
-    }
-
-    /// Block `i`'s `block_status`, only ever accessed atomically.
-    #[inline]
-    fn status<'m>(&self, map: &'m Mmap, i: usize) -> &'m AtomicU32 {
-        map.atomic_u32(self.block(i) + BLOCK_STATUS_OFF)
-    }
-
-    /// The body of block `i` (from `num_pkts` to the end).
-    ///
-    /// The caller owns the block (its status has `TP_STATUS_USER`, read
-    /// with `Acquire`) and does not hand it back while the slice lives.
-    #[inline]
-    fn body<'m>(&self, map: &'m mut Mmap, i: usize) -> &'m mut [u8] {
-        map.bytes_mut(
-            self.block(i) + BLOCK_BODY_OFF,
-            self.block_size - BLOCK_BODY_OFF,
-        )
-        .expect("RX blocks lie inside the mapping")
-    }
-}
-
-/// The transmit ring: fixed-size slots after the receive ring.
-#[derive(Debug)]
-struct TxRing {
-    /// Mapping offset of the ring.
-    base: usize,
-    block_size: usize,
-    frame_size: usize,
-    per_block: usize,
-    count: usize,
-    /// Next slot to fill.
-    head: usize,
-    /// Slots marked SEND_REQUEST and not yet seen processed (the ones just
-    /// before `head`).
-    unsent: usize,
-    /// Frame length (without the virtio-net header) of each slot.
-    lens: Vec<u32>,
-}
-
-impl TxRing {
-    /// Mapping offset of slot `i`'s `tpacket3_hdr`.
-    #[inline]
-    fn slot(&self, i: usize) -> usize {
-        debug_assert!(i < self.count);
-        // Invariant: i < count = per_block * blocks: inside the mapping
-        // (slots are page-aligned).
-        self.base + (i / self.per_block) * self.block_size + (i % self.per_block) * self.frame_size
-    }
-
-    /// Slot `i`'s `tp_status`, only ever accessed atomically.
-    #[inline]
-    fn status<'m>(&self, map: &'m Mmap, i: usize) -> &'m AtomicU32 {
-        map.atomic_u32(self.slot(i) + offset_of!(libc::tpacket3_hdr, tp_status))
-    }
-
-    /// The data area of slot `i`, after its 48-byte header (so it does not
-    /// overlap `tp_status`).
-    ///
-    /// The caller owns the slot (`TP_STATUS_AVAILABLE`, read with
-    /// `Acquire`) and publishes it only after the slice's last use.
-    #[inline]
-    fn data<'m>(&self, map: &'m mut Mmap, i: usize) -> &'m mut [u8] {
-        map.bytes_mut(self.slot(i) + TPACKET3_HDR, self.frame_size - TPACKET3_HDR)
-            .expect("TX slots lie inside the mapping")
-    }
-
-    /// Sets a slot's `tp_len` (and `tp_next_offset`, which must be 0).
-    ///
-    /// The slot is not being read by the kernel: it is AVAILABLE and ours,
-    /// or SEND_REQUEST while no `send()` runs.
-    #[inline]
-    fn set_len(&self, map: &mut Mmap, i: usize, len: u32) {
-        let h = self.slot(i);
-        map.write_u32(h + offset_of!(libc::tpacket3_hdr, tp_len), len);
-        map.write_u32(h + offset_of!(libc::tpacket3_hdr, tp_next_offset), 0);
-    }
-}
 
 // ===== impl AfPacket =====
 
@@ -594,7 +325,7 @@ impl AfPacket {
         packet::setsockopt(fd.as_fd(), libc::PACKET_TX_RING, &tx_req)
             .map_err(setup("PACKET_TX_RING"))?;
         // RX ring first, then TX ring, in one mapping.
-        let map = Mmap::shared(fd.as_fd(), total, 0, false).map_err(setup("mmap"))?;
+        let map = Mmap::shared(fd.as_fd(), total).map_err(setup("mmap"))?;
 
         packet::bind(fd.as_fd(), ifindex).map_err(setup("bind"))?;
         if cfg.promiscuous {
