@@ -35,12 +35,10 @@
 //!   drop with [`Uplink::tx_drop`]). On receive, `TooLong` for frames
 //!   larger than the read buffer, `TooShort` for runts, `Malformed` for
 //!   frames the software fallback refused.
-#![allow(unsafe_code)]
 
-use std::ffi::CStr;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use super::offload::{self, Segmenter};
@@ -49,6 +47,8 @@ use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
 use crate::queue::{copy_frame, FrameSource};
 use crate::stats::{DropCounts, DropReason};
+use crate::sys::netdev::{self, IfName, IFNAME_RULE};
+use crate::sys::tun;
 
 /// The TUN/TAP clone device.
 const TUN_PATH: &str = "/dev/net/tun";
@@ -78,7 +78,7 @@ pub struct TapConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum TapError {
     /// The name is too long (max 15 bytes) or contains NUL.
-    #[error("invalid interface name {0:?} (at most 15 bytes, no NUL)")]
+    #[error("invalid interface name {0:?} ({rule})", rule = IFNAME_RULE)]
     Name(String),
     /// `/dev/net/tun` could not be opened.
     #[error("cannot open {TUN_PATH}")]
@@ -114,68 +114,6 @@ pub enum TapError {
         #[source]
         source: io::Error,
     },
-}
-
-// ===== ioctl wrappers =====
-
-/// An `ifreq` naming `name`, the rest zeroed.
-fn ifreq(name: &str) -> Option<libc::ifreq> {
-    if name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0) {
-        return None;
-    }
-    // SAFETY: an all-zero ifreq is valid (name empty, union zero).
-    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in r.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
-    }
-    Some(r)
-}
-
-/// `ioctl(fd, req, &mut ifreq)`.
-fn ioctl_ifreq(fd: RawFd, req: libc::Ioctl, r: &mut libc::ifreq) -> io::Result<()> {
-    // SAFETY: `r` is a valid, writable ifreq for the call, which is what
-    // every request passed here (TUNSETIFF, SIOC[GS]IFFLAGS) reads or writes.
-    let rc = unsafe { libc::ioctl(fd, req, std::ptr::from_mut(r)) };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// `ioctl(fd, req, &val)` for the TUN requests that take a pointer to an
-/// int (TUNSETVNETHDRSZ, TUNSETVNETLE).
-fn ioctl_int_ptr(fd: RawFd, req: libc::Ioctl, val: libc::c_int) -> io::Result<()> {
-    // SAFETY: `val` lives on the stack for the call; the kernel reads one int.
-    let rc = unsafe { libc::ioctl(fd, req, &raw const val) };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// `ioctl(fd, TUNSETOFFLOAD, flags)`: the argument is the value itself.
-fn ioctl_set_offload(fd: RawFd, flags: libc::c_uint) -> io::Result<()> {
-    // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is
-    // accessed.
-    let rc = unsafe { libc::ioctl(fd, libc::TUNSETOFFLOAD, libc::c_ulong::from(flags)) };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// A datagram socket for interface ioctls (SIOC[GS]IFFLAGS).
-fn control_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall with constant arguments.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by socket() and is owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The `TUNSETOFFLOAD` flags for a guest's acked features, and the GUEST_*
@@ -231,45 +169,39 @@ impl Tap {
     /// # Errors
     /// See [`TapError`]; each names the interface.
     pub fn open(ifname: &str, cfg: TapConfig) -> Result<Self, TapError> {
-        let mut req = ifreq(ifname).ok_or_else(|| TapError::Name(ifname.to_owned()))?;
+        let req = IfName::new_or_empty(ifname).map_err(|e| TapError::Name(e.0))?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(TUN_PATH)
             .map_err(TapError::Open)?;
-        let fd = file.as_raw_fd();
+        let fd = file.as_fd();
         let mut flags = libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR;
         if cfg.multi_queue {
             flags |= libc::IFF_MULTI_QUEUE;
         }
-        req.ifr_ifru.ifru_flags = flags as libc::c_short;
-        ioctl_ifreq(fd, libc::TUNSETIFF, &mut req).map_err(|source| {
+        // The kernel writes the device's name back (it may have chosen it).
+        let actual = tun::set_iff(fd, &req, flags).map_err(|source| {
             let ifname = ifname.to_owned();
             match source.raw_os_error() {
                 Some(libc::EPERM | libc::EACCES) => TapError::Permission { ifname, source },
                 _ => TapError::Attach { ifname, source },
             }
         })?;
-        // The kernel wrote the device's name back (it may have chosen it).
-        // SAFETY: ifr_name is a NUL-terminated array after TUNSETIFF.
-        let actual = unsafe { CStr::from_ptr(req.ifr_name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
         let ioctl = |op: &'static str| {
             let ifname = actual.clone();
             move |source| TapError::Ioctl { ifname, op, source }
         };
-        ioctl_int_ptr(fd, libc::TUNSETVNETHDRSZ, VNET_LEN as libc::c_int)
-            .map_err(ioctl("TUNSETVNETHDRSZ"))?;
+        tun::set_vnet_hdr_sz(fd, VNET_LEN as libc::c_int).map_err(ioctl("TUNSETVNETHDRSZ"))?;
         // virtio 1.x headers are little-endian; this matters on big-endian
         // hosts only, where older kernels may lack it.
-        if let Err(e) = ioctl_int_ptr(fd, libc::TUNSETVNETLE, 1) {
+        if let Err(e) = tun::set_vnet_le(fd, 1) {
             if cfg!(target_endian = "big") {
                 return Err(ioctl("TUNSETVNETLE")(e));
             }
         }
-        ioctl_set_offload(fd, 0).map_err(ioctl("TUNSETOFFLOAD"))?;
+        tun::set_offload(fd, 0).map_err(ioctl("TUNSETOFFLOAD"))?;
         let tap = Self {
             name: format!("tap:{actual}"),
             ifname: actual,
@@ -299,8 +231,8 @@ impl Tap {
     /// # Errors
     /// `TUNSETOFFLOAD` failed.
     pub fn set_offloads(&mut self, guest_acked_features: u64) -> Result<(), TapError> {
-        let (tun, rx) = tun_offloads(guest_acked_features);
-        ioctl_set_offload(self.file.as_raw_fd(), tun).map_err(|source| TapError::Ioctl {
+        let (flags, rx) = tun_offloads(guest_acked_features);
+        tun::set_offload(self.file.as_fd(), flags).map_err(|source| TapError::Ioctl {
             ifname: self.ifname.clone(),
             op: "TUNSETOFFLOAD",
             source,
@@ -315,17 +247,12 @@ impl Tap {
     /// # Errors
     /// The interface is not in this namespace, or the ioctl failed.
     pub fn set_link_up(&self) -> Result<(), TapError> {
-        let err = |op| {
-            let ifname = self.ifname.clone();
-            move |source| TapError::Ioctl { ifname, op, source }
-        };
-        let sock = control_socket().map_err(err("socket"))?;
-        let mut req = ifreq(&self.ifname).ok_or_else(|| TapError::Name(self.ifname.clone()))?;
-        ioctl_ifreq(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req).map_err(err("SIOCGIFFLAGS"))?;
-        // SAFETY: SIOCGIFFLAGS filled ifru_flags.
-        let flags = unsafe { req.ifr_ifru.ifru_flags };
-        req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-        ioctl_ifreq(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut req).map_err(err("SIOCSIFFLAGS"))
+        let name = IfName::new(&self.ifname).map_err(|e| TapError::Name(e.0))?;
+        netdev::set_up(&name).map_err(|e| TapError::Ioctl {
+            ifname: self.ifname.clone(),
+            op: e.step,
+            source: e.source,
+        })
     }
 }
 

@@ -114,25 +114,33 @@
 //!
 //! [`tx_push`]: crate::io::Uplink::tx_push
 
-#![allow(unsafe_code)]
-
 mod bpf;
+mod config;
+mod error;
+mod program;
 mod ring;
-mod sys;
+mod socket;
 mod umem;
 
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use self::ring::{ConsumerRing, ProducerRing, RingMem};
+use self::config::check_config;
+pub use self::config::{AfXdpConfig, Attach, AttachMode, BindMode, ZeroCopy};
+pub use self::error::AfXdpError;
+pub use self::program::XdpProgram;
+use self::ring::{ConsumerRing, ProducerRing};
+use self::socket::{open_socket, Step};
 use self::umem::Umem;
 use super::{Uplink, UplinkCounters, UplinkOffloads};
 use crate::net_hdr::VirtioNetHdr;
 use crate::queue::{copy_frame, FrameSource};
 use crate::stats::DropReason;
+use crate::sys::netdev;
+use crate::sys::xdp;
 
 /// Slots in the XSKMAP, i.e. the highest RX queue index + 1 a program can
 /// serve. 1024 covers every NIC's channel count; each slot is one pointer
@@ -152,643 +160,6 @@ const KERNEL_TX_BATCH: u32 = 32;
 /// `XDP_MAX_TX_SKB_BUDGET` (uapi `if_xdp.h`, Linux 6.17): frames copy mode
 /// sends per `sendto`, 32 to the TX ring size.
 const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
-
-// ===== configuration =====
-
-/// Whether to ask for zero-copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ZeroCopy {
-    /// Bind in copy mode (`XDP_COPY`).
-    Off,
-    /// Try zero-copy; if the driver does not support it (`EOPNOTSUPP`),
-    /// warn once and bind in copy mode.
-    #[default]
-    Try,
-    /// Zero-copy or fail ([`AfXdpError::ZeroCopyUnsupported`]).
-    Require,
-}
-
-/// How to attach the XDP program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Attach {
-    /// In the driver (`XDP_FLAGS_DRV_MODE`); fails if the driver has no
-    /// native XDP.
-    Native,
-    /// In the generic receive path (`XDP_FLAGS_SKB_MODE`): works on any
-    /// interface, slower.
-    Generic,
-    /// Native, and generic if native fails.
-    #[default]
-    Auto,
-}
-
-/// How the XDP program ended up attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttachMode {
-    /// Native (driver) XDP.
-    Native,
-    /// Generic (SKB) XDP.
-    Generic,
-}
-
-impl AttachMode {
-    fn flags(self) -> u32 {
-        match self {
-            Self::Native => bpf::XDP_FLAGS_DRV_MODE,
-            Self::Generic => bpf::XDP_FLAGS_SKB_MODE,
-        }
-    }
-}
-
-impl fmt::Display for AttachMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Native => "native",
-            Self::Generic => "generic",
-        })
-    }
-}
-
-/// How the socket is bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BindMode {
-    /// The kernel copies frames between its buffers and the UMEM.
-    Copy,
-    /// The NIC DMAs straight into and out of the UMEM.
-    ZeroCopy,
-}
-
-impl fmt::Display for BindMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Copy => "copy",
-            Self::ZeroCopy => "zero-copy",
-        })
-    }
-}
-
-/// Configuration of one AF_XDP socket.
-///
-/// Ring sizes are entry counts and must be powers of two. The UMEM holds
-/// `frames` frames of `frame_size` bytes: the first half receive, the rest
-/// transmit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AfXdpConfig {
-    /// The NIC queue to bind (also the XSKMAP key).
-    pub queue_id: u32,
-    /// UMEM frames (at least 2).
-    pub frames: u32,
-    /// Bytes per frame: 2048 or 4096. The largest frame received is
-    /// `frame_size - 256` in copy mode.
-    pub frame_size: u32,
-    /// Fill ring entries.
-    pub fill_size: u32,
-    /// Completion ring entries.
-    pub comp_size: u32,
-    /// RX ring entries.
-    pub rx_size: u32,
-    /// TX ring entries.
-    pub tx_size: u32,
-    /// Zero-copy request.
-    pub zero_copy: ZeroCopy,
-    /// How [`AfXdp::open`] attaches the XDP program (ignored by
-    /// [`AfXdp::open_with_program`]).
-    pub attach: Attach,
-    /// Bind with `XDP_USE_NEED_WAKEUP` and make wake-up syscalls only when
-    /// the kernel asks.
-    pub need_wakeup: bool,
-}
-
-impl Default for AfXdpConfig {
-    /// Queue 0; 4096 frames of 2048 bytes (8 MiB), 2048-entry rings (the
-    /// libxdp defaults: each direction's pool exactly fills its ring);
-    /// zero-copy if available; native XDP if available; `need_wakeup`.
-    fn default() -> Self {
-        Self {
-            queue_id: 0,
-            frames: 4096,
-            frame_size: 2048,
-            fill_size: 2048,
-            comp_size: 2048,
-            rx_size: 2048,
-            tx_size: 2048,
-            zero_copy: ZeroCopy::Try,
-            attach: Attach::Auto,
-            need_wakeup: true,
-        }
-    }
-}
-
-impl AfXdpConfig {
-    /// Checks the geometry; returns what is wrong.
-    fn check(&self) -> Result<(), String> {
-        if self.frame_size != 2048 && self.frame_size != 4096 {
-            return Err(format!(
-                "frame size must be 2048 or 4096, got {}",
-                self.frame_size
-            ));
-        }
-        if self.frames < 2 {
-            return Err(format!(
-                "at least 2 UMEM frames needed, got {}",
-                self.frames
-            ));
-        }
-        for (ring, size) in [
-            ("fill", self.fill_size),
-            ("completion", self.comp_size),
-            ("RX", self.rx_size),
-            ("TX", self.tx_size),
-        ] {
-            if !size.is_power_of_two() {
-                return Err(format!(
-                    "{ring} ring size must be a power of two, got {size}"
-                ));
-            }
-        }
-        if self.queue_id >= XSKMAP_ENTRIES {
-            return Err(format!(
-                "queue id must be below {XSKMAP_ENTRIES}, got {}",
-                self.queue_id
-            ));
-        }
-        Ok(())
-    }
-
-    fn rx_frames(&self) -> u32 {
-        self.frames / 2
-    }
-}
-
-// ===== errors =====
-
-/// Why an AF_XDP uplink could not be set up. Each variant names the
-/// interface and the step that failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum AfXdpError {
-    /// The configuration is invalid.
-    #[error("af_xdp {ifname}: invalid configuration: {reason}")]
-    Config {
-        /// Interface.
-        ifname: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The interface does not exist (in this network namespace).
-    #[error("af_xdp {ifname}: no such interface")]
-    Interface {
-        /// Interface.
-        ifname: String,
-        /// The lookup error.
-        #[source]
-        source: io::Error,
-    },
-    /// Reading the interface's MTU failed.
-    #[error("af_xdp {ifname}: cannot read the MTU")]
-    Mtu {
-        /// Interface.
-        ifname: String,
-        /// The ioctl error.
-        #[source]
-        source: io::Error,
-    },
-    /// Creating the XSKMAP failed (permissions: needs `CAP_BPF`).
-    #[error("af_xdp {ifname}: cannot create the XSKMAP")]
-    MapCreate {
-        /// Interface.
-        ifname: String,
-        /// The `bpf(BPF_MAP_CREATE)` error.
-        #[source]
-        source: io::Error,
-    },
-    /// The kernel rejected the XDP program.
-    #[error("af_xdp {ifname}: cannot load the XDP program (verifier log: {log})")]
-    ProgLoad {
-        /// Interface.
-        ifname: String,
-        /// The verifier's log.
-        log: String,
-        /// The `bpf(BPF_PROG_LOAD)` error.
-        #[source]
-        source: io::Error,
-    },
-    /// Attaching the XDP program failed (`EBUSY`: another program is
-    /// attached; `EOPNOTSUPP`: no native XDP in the driver).
-    #[error("af_xdp {ifname}: cannot attach the XDP program in {mode} mode")]
-    LinkCreate {
-        /// Interface.
-        ifname: String,
-        /// The mode tried last.
-        mode: AttachMode,
-        /// The `bpf(BPF_LINK_CREATE)` error.
-        #[source]
-        source: io::Error,
-    },
-    /// Mapping the UMEM failed.
-    #[error("af_xdp {ifname} queue {queue_id}: cannot map the UMEM ({bytes} bytes)")]
-    UmemAlloc {
-        /// Interface.
-        ifname: String,
-        /// Queue.
-        queue_id: u32,
-        /// Size asked for.
-        bytes: u64,
-        /// The `mmap` error.
-        #[source]
-        source: io::Error,
-    },
-    /// Creating the socket failed.
-    #[error("af_xdp {ifname} queue {queue_id}: cannot create the AF_XDP socket")]
-    Socket {
-        /// Interface.
-        ifname: String,
-        /// Queue.
-        queue_id: u32,
-        /// The `socket` error.
-        #[source]
-        source: io::Error,
-    },
-    /// Registering the UMEM with the socket failed.
-    #[error("af_xdp {ifname} queue {queue_id}: cannot register the UMEM")]
-    UmemReg {
-        /// Interface.
-        ifname: String,
-        /// Queue.
-        queue_id: u32,
-        /// The `setsockopt(XDP_UMEM_REG)` error.
-        #[source]
-        source: io::Error,
-    },
-    /// Creating one of the rings failed.
-    #[error("af_xdp {ifname} queue {queue_id}: cannot create the {ring} ring ({size} entries)")]
-    RingSize {
-        /// Interface.
-        ifname: String,
-        /// Queue.
-        queue_id: u32,
-        /// Which ring.
-        ring: &'static str,
-        /// Entries asked for.
-        size: u32,
-        /// The `setsockopt` error.
-        #[source]
-        source: io::Error,
-    },
-    /// Mapping one of the rings (or reading their offsets) failed.
-    #[error("af_xdp {ifname} queue {queue_id}: cannot map the {ring} ring")]
-    RingMmap {
-        /// Interface.
-        ifname: String,
-        /// Queue.
-        queue_id: u32,
-        /// Which ring (or "offsets").
-        ring: &'static str,
-        /// The `getsockopt(XDP_MMAP_OFFSETS)` or `mmap` error.
-        #[source]
-        source: io::Error,
-    },
-    /// Binding the socket to the queue failed.
-    #[error("af_xdp {ifname} queue {queue_id}: cannot bind in {mode} mode")]
-    Bind {
-        /// Interface.
-        ifname: String,
-        /// Queue.
-        queue_id: u32,
-        /// The mode asked for.
-        mode: BindMode,
-        /// The `bind` error.
-        #[source]
-        source: io::Error,
-    },
-    /// Zero-copy was required and the driver does not support it.
-    #[error(
-        "af_xdp {ifname} queue {queue_id}: zero-copy required, but the driver does not support it"
-    )]
-    ZeroCopyUnsupported {
-        /// Interface.
-        ifname: String,
-        /// Queue.
-        queue_id: u32,
-        /// The `bind(XDP_ZEROCOPY)` error (`EOPNOTSUPP`).
-        #[source]
-        source: io::Error,
-    },
-    /// Registering the socket in the XSKMAP failed.
-    #[error("af_xdp {ifname} queue {queue_id}: cannot insert the socket into the XSKMAP")]
-    MapUpdate {
-        /// Interface.
-        ifname: String,
-        /// Queue.
-        queue_id: u32,
-        /// The `bpf(BPF_MAP_UPDATE_ELEM)` error.
-        #[source]
-        source: io::Error,
-    },
-}
-
-// ===== impl XdpProgram =====
-
-/// The XDP program and XSKMAP of one interface, attached through a BPF link.
-///
-/// Shared by the sockets of that interface's queues (each [`AfXdp`] holds an
-/// `Arc`). Dropping the last reference closes the link, which detaches the
-/// program; so does process exit, even by a crash.
-#[derive(Debug)]
-pub struct XdpProgram {
-    ifname: String,
-    ifindex: u32,
-    mode: AttachMode,
-    prog_id: u32,
-    /// Whether the zero-copy fallback warning was logged for this interface.
-    zc_warned: AtomicBool,
-    map: OwnedFd,
-    /// Keeps the program attached; closing it detaches.
-    _link: OwnedFd,
-}
-
-impl XdpProgram {
-    /// Creates the XSKMAP, loads the redirect program and attaches it to
-    /// `ifname` as `attach` asks.
-    ///
-    /// # Errors
-    /// The interface does not exist, or a `bpf` step failed
-    /// ([`AfXdpError::MapCreate`], [`AfXdpError::ProgLoad`],
-    /// [`AfXdpError::LinkCreate`]). Needs `CAP_BPF` and `CAP_NET_ADMIN`.
-    pub fn attach(ifname: &str, attach: Attach) -> Result<Arc<Self>, AfXdpError> {
-        let ifindex = interface_index(ifname)?;
-        let map = bpf::create_xskmap(XSKMAP_ENTRIES).map_err(|source| AfXdpError::MapCreate {
-            ifname: ifname.to_owned(),
-            source,
-        })?;
-        let prog = bpf::load_xsk_redirect(map.as_fd()).map_err(|e| AfXdpError::ProgLoad {
-            ifname: ifname.to_owned(),
-            log: e.log,
-            source: e.error,
-        })?;
-        let link_err = |mode, source| AfXdpError::LinkCreate {
-            ifname: ifname.to_owned(),
-            mode,
-            source,
-        };
-        let link = |mode: AttachMode| {
-            bpf::link_create_xdp(prog.as_fd(), ifindex, mode.flags()).map(|fd| (fd, mode))
-        };
-        let (link, mode) = match attach {
-            Attach::Native => {
-                link(AttachMode::Native).map_err(|e| link_err(AttachMode::Native, e))?
-            }
-            Attach::Generic => {
-                link(AttachMode::Generic).map_err(|e| link_err(AttachMode::Generic, e))?
-            }
-            Attach::Auto => match link(AttachMode::Native) {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::info!(
-                        "af_xdp: {ifname}: native XDP unavailable ({e}); trying generic mode"
-                    );
-                    link(AttachMode::Generic).map_err(|e| link_err(AttachMode::Generic, e))?
-                }
-            },
-        };
-        // Only for logs and tests: 0 if the kernel will not say.
-        let prog_id = bpf::prog_id(prog.as_fd()).unwrap_or(0);
-        tracing::info!("af_xdp: {ifname}: XDP program {prog_id} attached in {mode} mode");
-        Ok(Arc::new(Self {
-            ifname: ifname.to_owned(),
-            ifindex,
-            mode,
-            prog_id,
-            zc_warned: AtomicBool::new(false),
-            map,
-            _link: link,
-        }))
-    }
-
-    /// The interface.
-    pub fn ifname(&self) -> &str {
-        &self.ifname
-    }
-
-    /// The interface index.
-    pub fn ifindex(&self) -> u32 {
-        self.ifindex
-    }
-
-    /// How the program is attached.
-    pub fn mode(&self) -> AttachMode {
-        self.mode
-    }
-
-    /// The kernel's program id (`ip -d link` shows it as `prog/xdp id N`;
-    /// 0 if the kernel did not report it).
-    pub fn prog_id(&self) -> u32 {
-        self.prog_id
-    }
-
-    /// Makes the program redirect queue `queue_id`'s frames to `xsk`.
-    fn register(&self, queue_id: u32, xsk: &OwnedFd) -> io::Result<()> {
-        bpf::xskmap_insert(self.map.as_fd(), queue_id, xsk.as_fd())
-    }
-}
-
-fn interface_index(ifname: &str) -> Result<u32, AfXdpError> {
-    if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
-        return Err(AfXdpError::Config {
-            ifname: ifname.to_owned(),
-            reason: format!("interface names are 1 to {} bytes", libc::IFNAMSIZ - 1),
-        });
-    }
-    sys::if_nametoindex(ifname).map_err(|source| AfXdpError::Interface {
-        ifname: ifname.to_owned(),
-        source,
-    })
-}
-
-// ===== socket set-up =====
-
-/// A bound socket and its four rings.
-struct Xsk {
-    fd: OwnedFd,
-    fill: ProducerRing<u64>,
-    comp: ConsumerRing<u64>,
-    rx: ConsumerRing<libc::xdp_desc>,
-    tx: ProducerRing<libc::xdp_desc>,
-    mode: BindMode,
-}
-
-/// Builds the error of one set-up step.
-struct Step<'a> {
-    ifname: &'a str,
-    queue_id: u32,
-}
-
-impl Step<'_> {
-    fn ifname(&self) -> String {
-        self.ifname.to_owned()
-    }
-}
-
-/// Creates a socket, registers `umem`, creates and maps the rings and binds
-/// to the queue with `mode`.
-fn open_socket(
-    at: &Step<'_>,
-    ifindex: u32,
-    cfg: &AfXdpConfig,
-    umem: &Umem,
-    mode: BindMode,
-) -> Result<Xsk, AfXdpError> {
-    let queue_id = at.queue_id;
-    let fd = sys::xsk_socket().map_err(|source| AfXdpError::Socket {
-        ifname: at.ifname(),
-        queue_id,
-        source,
-    })?;
-    umem::register(fd.as_fd(), umem).map_err(|source| AfXdpError::UmemReg {
-        ifname: at.ifname(),
-        queue_id,
-        source,
-    })?;
-    for (ring, opt, size) in [
-        ("fill", libc::XDP_UMEM_FILL_RING, cfg.fill_size),
-        ("completion", libc::XDP_UMEM_COMPLETION_RING, cfg.comp_size),
-        ("RX", libc::XDP_RX_RING, cfg.rx_size),
-        ("TX", libc::XDP_TX_RING, cfg.tx_size),
-    ] {
-        sys::setsockopt(fd.as_fd(), opt, &size).map_err(|source| AfXdpError::RingSize {
-            ifname: at.ifname(),
-            queue_id,
-            ring,
-            size,
-            source,
-        })?;
-    }
-    let map_err = |ring: &'static str| {
-        move |source| AfXdpError::RingMmap {
-            ifname: at.ifname(),
-            queue_id,
-            ring,
-            source,
-        }
-    };
-    let (off, len) = sys::getsockopt::<libc::xdp_mmap_offsets>(fd.as_fd(), libc::XDP_MMAP_OFFSETS)
-        .map_err(map_err("offsets"))?;
-    if len != std::mem::size_of::<libc::xdp_mmap_offsets>() {
-        // Linux < 5.4: no flags word, hence no need_wakeup.
-        return Err(map_err("offsets")(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "kernel too old: XDP_MMAP_OFFSETS without ring flags (Linux 5.4 needed)",
-        )));
-    }
-    let fill = ProducerRing::new(
-        map_ring::<u64>(
-            fd.as_fd(),
-            &off.fr,
-            cfg.fill_size,
-            libc::XDP_UMEM_PGOFF_FILL_RING,
-        )
-        .map_err(map_err("fill"))?,
-    );
-    let comp = ConsumerRing::new(
-        map_ring::<u64>(
-            fd.as_fd(),
-            &off.cr,
-            cfg.comp_size,
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-        )
-        .map_err(map_err("completion"))?,
-    );
-    let rx = ConsumerRing::new(
-        map_ring::<libc::xdp_desc>(
-            fd.as_fd(),
-            &off.rx,
-            cfg.rx_size,
-            libc::XDP_PGOFF_RX_RING as u64,
-        )
-        .map_err(map_err("RX"))?,
-    );
-    let tx = ProducerRing::new(
-        map_ring::<libc::xdp_desc>(
-            fd.as_fd(),
-            &off.tx,
-            cfg.tx_size,
-            libc::XDP_PGOFF_TX_RING as u64,
-        )
-        .map_err(map_err("TX"))?,
-    );
-    // Copy mode: let one sendto transmit a whole TX ring (Linux 6.17+;
-    // older kernels say ENOPROTOOPT and keep 32 per call).
-    if cfg.tx_size > KERNEL_TX_BATCH {
-        if let Err(e) = sys::setsockopt(fd.as_fd(), XDP_MAX_TX_SKB_BUDGET, &cfg.tx_size) {
-            tracing::debug!(
-                "af_xdp: {} queue {queue_id}: TX budget stays {KERNEL_TX_BATCH}: {e}",
-                at.ifname
-            );
-        }
-    }
-    let mut flags = match mode {
-        BindMode::Copy => libc::XDP_COPY,
-        BindMode::ZeroCopy => libc::XDP_ZEROCOPY,
-    };
-    if cfg.need_wakeup {
-        flags |= libc::XDP_USE_NEED_WAKEUP;
-    }
-    let addr = libc::sockaddr_xdp {
-        sxdp_family: libc::AF_XDP as u16,
-        sxdp_flags: flags,
-        sxdp_ifindex: ifindex,
-        sxdp_queue_id: queue_id,
-        sxdp_shared_umem_fd: 0,
-    };
-    sys::bind(fd.as_fd(), &addr).map_err(|source| {
-        if mode == BindMode::ZeroCopy && source.raw_os_error() == Some(libc::EOPNOTSUPP) {
-            AfXdpError::ZeroCopyUnsupported {
-                ifname: at.ifname(),
-                queue_id,
-                source,
-            }
-        } else {
-            AfXdpError::Bind {
-                ifname: at.ifname(),
-                queue_id,
-                mode,
-                source,
-            }
-        }
-    })?;
-    // What the kernel actually bound (it is the authority).
-    let mode = match sys::getsockopt::<libc::xdp_options>(fd.as_fd(), libc::XDP_OPTIONS) {
-        Ok((o, _)) if o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0 => BindMode::ZeroCopy,
-        Ok(_) => BindMode::Copy,
-        Err(_) => mode,
-    };
-    Ok(Xsk {
-        fd,
-        fill,
-        comp,
-        rx,
-        tx,
-        mode,
-    })
-}
-
-/// Maps one ring of `size` entries of `T`.
-fn map_ring<T>(
-    fd: std::os::fd::BorrowedFd<'_>,
-    off: &libc::xdp_ring_offset,
-    size: u32,
-    pgoff: u64,
-) -> io::Result<RingMem<T>> {
-    let len = usize::try_from(off.desc)
-        .ok()
-        .and_then(|d| d.checked_add(size as usize * std::mem::size_of::<T>()))
-        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
-    let map = sys::Mmap::ring(fd, len, pgoff)?;
-    // SAFETY: `map` is the kernel's mapping of this ring (`pgoff` selects
-    // it), `size` is the entry count we configured (a power of two), the
-    // offsets are the kernel's, and `len` covers all `size` descriptors.
-    Ok(unsafe { RingMem::from_mmap(map, size, off.producer, off.consumer, off.flags, off.desc) })
-}
 
 // ===== impl AfXdp =====
 
@@ -880,11 +251,11 @@ impl AfXdp {
         program: &Arc<XdpProgram>,
         cfg: AfXdpConfig,
     ) -> Result<Self, AfXdpError> {
-        let ifname = program.ifname.as_str();
+        let ifname = program.ifname();
         check_config(ifname, &cfg)?;
         let queue_id = cfg.queue_id;
         let at = Step { ifname, queue_id };
-        let mtu = sys::interface_mtu(ifname).map_err(|source| AfXdpError::Mtu {
+        let mtu = netdev::mtu(&program.ifname).map_err(|source| AfXdpError::Mtu {
             ifname: ifname.to_owned(),
             source,
         })?;
@@ -1016,8 +387,7 @@ impl AfXdp {
     /// # Errors
     /// `getsockopt(XDP_STATISTICS)` failed.
     pub fn kernel_stats(&self) -> io::Result<XdpStats> {
-        let (s, _) =
-            sys::getsockopt::<libc::xdp_statistics>(self.fd.as_fd(), libc::XDP_STATISTICS)?;
+        let s = xdp::statistics(self.fd.as_fd())?;
         Ok(XdpStats {
             rx_dropped: s.rx_dropped,
             rx_invalid_descs: s.rx_invalid_descs,
@@ -1091,7 +461,7 @@ impl AfXdp {
     fn kick_tx(&mut self) -> io::Result<()> {
         for _ in 0..self.kick_limit {
             let before = self.tx.in_flight();
-            match sys::kick_tx(self.fd.as_fd()) {
+            match xdp::kick_tx(self.fd.as_fd()) {
                 Ok(()) => {}
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN | libc::EINTR | libc::ENOBUFS) => {}
@@ -1140,13 +510,6 @@ impl AfXdp {
     }
 }
 
-fn check_config(ifname: &str, cfg: &AfXdpConfig) -> Result<(), AfXdpError> {
-    cfg.check().map_err(|reason| AfXdpError::Config {
-        ifname: ifname.to_owned(),
-        reason,
-    })
-}
-
 impl Uplink for AfXdp {
     fn name(&self) -> &str {
         &self.name
@@ -1163,10 +526,10 @@ impl Uplink for AfXdp {
         let (mut lent, mut bytes, mut bad) = (0usize, 0u64, 0u64);
         for _ in 0..max {
             let Some(desc) = self.rx.pop() else { break };
-            // SAFETY: the kernel handed this frame over through the RX ring;
-            // it is ours until `recycle_rx` + `refill` below put it back on
-            // the fill ring, after the callback has returned.
-            match unsafe { self.umem.frame(desc.addr, desc.len) } {
+            // Ownership: the kernel handed this frame over through the RX
+            // ring; it is ours until `recycle_rx` + `refill` below put it
+            // back on the fill ring, after the callback has returned.
+            match self.umem.frame(desc.addr, desc.len) {
                 Some(frame) => {
                     f(&hdr, frame);
                     lent += 1;
@@ -1183,7 +546,7 @@ impl Uplink for AfXdp {
         c.rx_bytes = c.rx_bytes.wrapping_add(bytes);
         c.rx_drops.add(DropReason::TooLong, bad);
         if self.need_wakeup && self.fill.needs_wakeup() {
-            if let Err(e) = sys::kick_rx(self.fd.as_fd()) {
+            if let Err(e) = xdp::kick_rx(self.fd.as_fd()) {
                 if !matches!(
                     e.raw_os_error(),
                     Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)
@@ -1226,10 +589,10 @@ impl Uplink for AfXdp {
             }
         }
         let base = self.tx_free.pop().expect("tx_room checked");
-        // SAFETY: `base` came off the TX free list: the kernel completed it
-        // (or never had it) and it is not in the TX ring, so nothing else
+        // Ownership: `base` came off the TX free list: the kernel completed
+        // it (or never had it) and it is not in the TX ring, so nothing else
         // reads or writes it until we push it below.
-        let buf = unsafe { self.umem.frame_mut(base) };
+        let buf = self.umem.frame_mut(base);
         let n = copy_frame(frame, &mut buf[..len]);
         if n < ETH_HLEN {
             // The source wrote less than it announced: never hand the
@@ -1288,6 +651,7 @@ impl Uplink for AfXdp {
 
 #[cfg(test)]
 mod tests {
+    use super::program::interface_index;
     use super::*;
 
     #[test]

@@ -24,6 +24,10 @@
 //! protocol guarantees: a producer never has more than `size` entries
 //! outstanding).
 //!
+//! The shared memory itself (the atomics and the descriptor slots, every
+//! access bounds-checked) is `crate::sys::xdp::XdpRing`; this file is the
+//! bookkeeping over it.
+//!
 //! User space **produces** on the fill and TX rings ([`ProducerRing`]) and
 //! **consumes** from the RX and completion rings ([`ConsumerRing`]); the
 //! kernel is the other side of each.
@@ -52,116 +56,10 @@
 //! re-evaluates on every pass, read with a `Relaxed` load: a stale read costs
 //! at most one needless or one late wake-up, which the next burst repairs.
 
-use std::marker::PhantomData;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
-use super::sys::Mmap;
-
-/// Where the parts of one ring are.
-#[derive(Debug)]
-pub(super) struct RingMem<T> {
-    producer: NonNull<AtomicU32>,
-    consumer: NonNull<AtomicU32>,
-    flags: NonNull<AtomicU32>,
-    descs: NonNull<T>,
-    size: u32,
-    /// Keeps the mapping alive (`None` in unit tests, where the test owns
-    /// the memory).
-    _map: Option<Mmap>,
-    _ty: PhantomData<T>,
-}
-
-// SAFETY: the pointers reference memory owned by `_map` (or, in tests, by
-// the test for the ring's lifetime); the ring is the only user-space handle
-// to it, so sending it to another thread moves all access with it.
-unsafe impl<T: Send> Send for RingMem<T> {}
-
-impl<T> RingMem<T> {
-    /// Locates a ring inside a mapping, at the offsets `XDP_MMAP_OFFSETS`
-    /// reported.
-    ///
-    /// # Safety
-    ///
-    /// `map` is the kernel's mapping of a ring of `size` entries of `T`
-    /// (a power of two), and the offsets are the kernel's: `producer`,
-    /// `consumer` and `flags` are 4-byte aligned `u32`s inside the mapping,
-    /// and `desc + size * size_of::<T>()` fits in it, suitably aligned.
-    pub(super) unsafe fn from_mmap(
-        map: Mmap,
-        size: u32,
-        producer: u64,
-        consumer: u64,
-        flags: u64,
-        desc: u64,
-    ) -> Self {
-        let base = map.as_ptr();
-        let at = |off: u64| {
-            debug_assert!(off < map.len() as u64);
-            // SAFETY: the caller guarantees `off` is inside the mapping.
-            unsafe { base.add(off as usize) }
-        };
-        let (producer, consumer, flags, descs) = (
-            at(producer).cast::<AtomicU32>(),
-            at(consumer).cast::<AtomicU32>(),
-            at(flags).cast::<AtomicU32>(),
-            at(desc).cast::<T>(),
-        );
-        // SAFETY: forwarded from the caller.
-        unsafe { Self::from_raw(producer, consumer, flags, descs, size, Some(map)) }
-    }
-
-    /// # Safety
-    ///
-    /// The four pointers are valid and aligned for the ring's lifetime;
-    /// `descs` points to `size` (a power of two) entries; `map` owns them,
-    /// or the caller keeps them alive until the ring is dropped.
-    unsafe fn from_raw(
-        producer: NonNull<AtomicU32>,
-        consumer: NonNull<AtomicU32>,
-        flags: NonNull<AtomicU32>,
-        descs: NonNull<T>,
-        size: u32,
-        map: Option<Mmap>,
-    ) -> Self {
-        assert!(
-            size.is_power_of_two(),
-            "ring size {size} is not a power of two"
-        );
-        Self {
-            producer,
-            consumer,
-            flags,
-            descs,
-            size,
-            _map: map,
-            _ty: PhantomData,
-        }
-    }
-
-    fn producer(&self) -> &AtomicU32 {
-        // SAFETY: valid and aligned for the ring's lifetime (constructor
-        // contract); shared with the kernel only through atomic accesses.
-        unsafe { self.producer.as_ref() }
-    }
-
-    fn consumer(&self) -> &AtomicU32 {
-        // SAFETY: as for `producer`.
-        unsafe { self.consumer.as_ref() }
-    }
-
-    fn flags(&self) -> &AtomicU32 {
-        // SAFETY: as for `producer`.
-        unsafe { self.flags.as_ref() }
-    }
-
-    /// Pointer to the slot for free-running index `idx`.
-    fn slot(&self, idx: u32) -> *mut T {
-        let i = (idx & (self.size - 1)) as usize;
-        // SAFETY: `i < size` and `descs` points to `size` entries.
-        unsafe { self.descs.as_ptr().add(i) }
-    }
-}
+use crate::sys::socket::Pod;
+use crate::sys::xdp::XdpRing;
 
 /// Free slots of a producer, from its cached `consumer + size` and its own
 /// producer index.
@@ -181,7 +79,7 @@ pub(super) const fn valid_entries(prod: u32, cons: u32) -> u32 {
 /// The user-space producer side of a ring (fill, TX).
 #[derive(Debug)]
 pub(super) struct ProducerRing<T> {
-    mem: RingMem<T>,
+    mem: XdpRing<T>,
     /// Next index to write (ahead of the shared producer index by the
     /// pushed but not yet submitted entries).
     prod: u32,
@@ -189,15 +87,15 @@ pub(super) struct ProducerRing<T> {
     cons_plus_size: u32,
 }
 
-impl<T: Copy> ProducerRing<T> {
+impl<T: Pod> ProducerRing<T> {
     /// Takes the producer role over `mem`.
-    pub(super) fn new(mem: RingMem<T>) -> Self {
+    pub(super) fn new(mem: XdpRing<T>) -> Self {
         // Relaxed: user space is the only writer of this index.
         let prod = mem.producer().load(Ordering::Relaxed);
         let cons_plus_size = mem
             .consumer()
             .load(Ordering::Acquire)
-            .wrapping_add(mem.size);
+            .wrapping_add(mem.size());
         Self {
             mem,
             prod,
@@ -216,7 +114,7 @@ impl<T: Copy> ProducerRing<T> {
             .mem
             .consumer()
             .load(Ordering::Acquire)
-            .wrapping_add(self.mem.size);
+            .wrapping_add(self.mem.size());
         free_slots(self.cons_plus_size, self.prod)
     }
 
@@ -226,10 +124,10 @@ impl<T: Copy> ProducerRing<T> {
         if self.free(1) == 0 {
             return false;
         }
-        // SAFETY: the slot is free: the consumer index read with Acquire in
-        // `free` is past it, so the kernel no longer reads it, and it is not
-        // published yet, so the kernel does not read it either.
-        unsafe { self.mem.slot(self.prod).write(item) };
+        // Ownership: the slot is free: the consumer index read with Acquire
+        // in `free` is past it, so the kernel no longer reads it, and it is
+        // not published yet, so the kernel does not read it either.
+        self.mem.write(self.prod, item);
         self.prod = self.prod.wrapping_add(1);
         true
     }
@@ -255,7 +153,7 @@ impl<T: Copy> ProducerRing<T> {
     pub(super) fn in_flight(&mut self) -> u32 {
         let published = self.mem.producer().load(Ordering::Relaxed);
         let cons = self.mem.consumer().load(Ordering::Acquire);
-        self.cons_plus_size = cons.wrapping_add(self.mem.size);
+        self.cons_plus_size = cons.wrapping_add(self.mem.size());
         valid_entries(published, cons)
     }
 
@@ -270,7 +168,7 @@ impl<T: Copy> ProducerRing<T> {
 /// The user-space consumer side of a ring (RX, completion).
 #[derive(Debug)]
 pub(super) struct ConsumerRing<T> {
-    mem: RingMem<T>,
+    mem: XdpRing<T>,
     /// Next index to read (ahead of the shared consumer index by the popped
     /// but not yet released entries).
     cons: u32,
@@ -278,9 +176,9 @@ pub(super) struct ConsumerRing<T> {
     prod: u32,
 }
 
-impl<T: Copy> ConsumerRing<T> {
+impl<T: Pod> ConsumerRing<T> {
     /// Takes the consumer role over `mem`.
-    pub(super) fn new(mem: RingMem<T>) -> Self {
+    pub(super) fn new(mem: XdpRing<T>) -> Self {
         // Relaxed: user space is the only writer of this index.
         let cons = mem.consumer().load(Ordering::Relaxed);
         let prod = mem.producer().load(Ordering::Acquire);
@@ -296,7 +194,7 @@ impl<T: Copy> ConsumerRing<T> {
         }
         self.prod = self.mem.producer().load(Ordering::Acquire);
         let n = valid_entries(self.prod, self.cons);
-        debug_assert!(n <= self.mem.size, "producer ran {n} entries ahead");
+        debug_assert!(n <= self.mem.size(), "producer ran {n} entries ahead");
         n
     }
 
@@ -306,10 +204,11 @@ impl<T: Copy> ConsumerRing<T> {
         if self.available() == 0 {
             return None;
         }
-        // SAFETY: the entry is valid: the producer index, read with Acquire
-        // in `available`, is past it, and the kernel does not overwrite it
-        // until the consumer index (published in `release`) passes it.
-        let item = unsafe { self.mem.slot(self.cons).read() };
+        // Ownership: the entry is valid: the producer index, read with
+        // Acquire in `available`, is past it, and the kernel does not
+        // overwrite it until the consumer index (published in `release`)
+        // passes it.
+        let item = self.mem.read(self.cons);
         self.cons = self.cons.wrapping_add(1);
         Some(item)
     }
@@ -330,40 +229,51 @@ impl<T: Copy> ConsumerRing<T> {
 mod tests {
     use super::*;
 
+    use crate::sys::mmap::Mmap;
+    use std::sync::Arc;
+
     /// A ring's shared memory without a kernel: the test plays the other
-    /// side through a second view of the same memory.
-    struct FakeRing<T, const N: usize> {
-        producer: AtomicU32,
-        consumer: AtomicU32,
-        flags: AtomicU32,
-        descs: std::cell::UnsafeCell<[T; N]>,
+    /// side through a third view of the same memory.
+    struct FakeRing<T> {
+        map: Arc<Mmap>,
+        size: u32,
+        kernel: XdpRing<T>,
     }
 
-    impl<T: Copy, const N: usize> FakeRing<T, N> {
-        fn new(fill: T, start: u32) -> Box<Self> {
-            Box::new(Self {
-                producer: AtomicU32::new(start),
-                consumer: AtomicU32::new(start),
-                flags: AtomicU32::new(0),
-                descs: std::cell::UnsafeCell::new([fill; N]),
-            })
+    const OFFSETS: libc::xdp_ring_offset = libc::xdp_ring_offset {
+        producer: 0,
+        consumer: 64,
+        desc: 192,
+        flags: 128,
+    };
+
+    impl<T: Pod> FakeRing<T> {
+        fn new(size: u32, start: u32) -> Self {
+            let map = Arc::new(Mmap::anonymous(4096).unwrap());
+            let kernel = XdpRing::new(Arc::clone(&map), size, &OFFSETS).unwrap();
+            kernel.producer().store(start, Ordering::Relaxed);
+            kernel.consumer().store(start, Ordering::Relaxed);
+            Self { map, size, kernel }
         }
 
-        fn mem(&self) -> RingMem<T> {
-            let size = u32::try_from(N).unwrap();
-            // SAFETY: the fields are valid, aligned and outlive every ring
-            // built in these tests (the box is dropped after them).
-            unsafe {
-                RingMem::from_raw(
-                    NonNull::from(&self.producer),
-                    NonNull::from(&self.consumer),
-                    NonNull::from(&self.flags),
-                    NonNull::new(self.descs.get().cast::<T>()).unwrap(),
-                    size,
-                    None,
-                )
-            }
+        fn mem(&self) -> XdpRing<T> {
+            XdpRing::new(Arc::clone(&self.map), self.size, &OFFSETS).unwrap()
         }
+    }
+
+    #[test]
+    fn ring_must_fit_its_mapping() {
+        let map = Arc::new(Mmap::anonymous(4096).unwrap());
+        let at = |desc, producer| libc::xdp_ring_offset {
+            desc,
+            producer,
+            ..OFFSETS
+        };
+        assert!(XdpRing::<u64>::new(Arc::clone(&map), 8, &at(4096 - 64, 0)).is_ok());
+        assert!(XdpRing::<u64>::new(Arc::clone(&map), 8, &at(4096 - 63, 0)).is_err());
+        assert!(XdpRing::<u64>::new(Arc::clone(&map), 8, &at(4100, 0)).is_err());
+        assert!(XdpRing::<u64>::new(Arc::clone(&map), 8, &at(192, 2)).is_err());
+        assert!(XdpRing::<u64>::new(Arc::clone(&map), 8, &at(192, 4096)).is_err());
     }
 
     #[test]
@@ -384,7 +294,7 @@ mod tests {
     #[test]
     fn produce_then_consume_across_the_wrap() {
         // Start 3 before the u32 wrap so the indices wrap mid-test.
-        let fake = FakeRing::<u64, 8>::new(0, u32::MAX - 3);
+        let fake = FakeRing::<u64>::new(8, u32::MAX - 3);
         let mut prod = ProducerRing::new(fake.mem());
         let mut cons = ConsumerRing::new(fake.mem());
         let mut next_in = 0u64;
@@ -410,14 +320,14 @@ mod tests {
         }
         assert_eq!(next_in, next_out);
         assert!(
-            fake.producer.load(Ordering::Relaxed) < 1000,
+            fake.kernel.producer().load(Ordering::Relaxed) < 1000,
             "indices wrapped"
         );
     }
 
     #[test]
     fn producer_stops_when_full_until_consumer_releases() {
-        let fake = FakeRing::<u64, 4>::new(0, u32::MAX - 1);
+        let fake = FakeRing::<u64>::new(4, u32::MAX - 1);
         let mut prod = ProducerRing::new(fake.mem());
         let mut cons = ConsumerRing::new(fake.mem());
         for i in 0..4 {
@@ -444,14 +354,7 @@ mod tests {
 
     #[test]
     fn consumer_sees_nothing_until_producer_publishes() {
-        let fake = FakeRing::<libc::xdp_desc, 2>::new(
-            libc::xdp_desc {
-                addr: 0,
-                len: 0,
-                options: 0,
-            },
-            7,
-        );
+        let fake = FakeRing::<libc::xdp_desc>::new(2, 7);
         let mut prod = ProducerRing::new(fake.mem());
         let mut cons = ConsumerRing::new(fake.mem());
         let d = libc::xdp_desc {
@@ -471,10 +374,11 @@ mod tests {
 
     #[test]
     fn need_wakeup_flag() {
-        let fake = FakeRing::<u64, 2>::new(0, 0);
+        let fake = FakeRing::<u64>::new(2, 0);
         let prod = ProducerRing::new(fake.mem());
         assert!(!prod.needs_wakeup());
-        fake.flags
+        fake.kernel
+            .flags()
             .store(libc::XDP_RING_NEED_WAKEUP, Ordering::Relaxed);
         assert!(prod.needs_wakeup());
     }

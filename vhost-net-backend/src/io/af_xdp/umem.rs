@@ -27,8 +27,10 @@
 //! `addr & !(frame_size - 1)`.
 
 use std::io;
+use std::os::fd::BorrowedFd;
 
-use super::sys::{self, Mmap};
+use crate::sys::mmap::Mmap;
+use crate::sys::xdp;
 
 /// The UMEM area.
 #[derive(Debug)]
@@ -53,16 +55,6 @@ impl Umem {
             frame_size,
             frames,
         })
-    }
-
-    /// Start address of the area (for `XDP_UMEM_REG`).
-    pub(super) fn addr(&self) -> u64 {
-        self.map.as_ptr().as_ptr() as u64
-    }
-
-    /// Length of the area in bytes.
-    pub(super) fn len(&self) -> u64 {
-        self.map.len() as u64
     }
 
     /// Size of one frame.
@@ -95,13 +87,11 @@ impl Umem {
 
     /// The `len` bytes at `addr`, if they lie inside one frame of the area.
     ///
-    /// # Safety
-    ///
-    /// User space owns the frame holding `addr` (the kernel handed it over
+    /// The caller owns the frame holding `addr` (the kernel handed it over
     /// through the RX ring and it has not been put back on the fill ring),
     /// so the kernel does not write it while the slice lives.
     #[inline]
-    pub(super) unsafe fn frame(&self, addr: u64, len: u32) -> Option<&[u8]> {
+    pub(super) fn frame(&mut self, addr: u64, len: u32) -> Option<&[u8]> {
         let base = self.frame_base(addr);
         self.frame_index(base)?;
         if (addr - base) + u64::from(len) > u64::from(self.frame_size) {
@@ -109,47 +99,32 @@ impl Umem {
         }
         // `addr < frames * frame_size = map.len()`, which fits in usize.
         let off = addr as usize;
-        // SAFETY: `off + len` lies inside one frame inside the mapping
-        // (checked above); the caller guarantees no concurrent kernel write.
-        Some(unsafe {
-            std::slice::from_raw_parts(self.map.as_ptr().as_ptr().add(off), len as usize)
-        })
+        self.map.bytes_mut(off, len as usize).map(|b| &*b)
     }
 
     /// The whole frame starting at `base`, writable.
     ///
-    /// # Safety
-    ///
-    /// User space owns the frame (it came from the TX free list and is not
+    /// The caller owns the frame (it came from the TX free list and is not
     /// in the TX ring), so the kernel neither reads nor writes it while the
-    /// slice lives; `base` is a frame start inside the area.
+    /// slice lives.
+    ///
+    /// # Panics
+    /// `base` is not a frame start inside the area.
     #[inline]
-    pub(super) unsafe fn frame_mut(&mut self, base: u64) -> &mut [u8] {
+    pub(super) fn frame_mut(&mut self, base: u64) -> &mut [u8] {
         assert!(self.frame_index(base).is_some(), "bad frame {base:#x}");
-        // SAFETY: `base` starts a frame inside the mapping (asserted), the
-        // frame is `frame_size` bytes long, and the caller guarantees that
-        // nothing else accesses it; `&mut self` excludes other slices.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.map.as_ptr().as_ptr().add(base as usize),
-                self.frame_size as usize,
-            )
-        }
+        let size = self.frame_size as usize;
+        // Invariant: `base` starts a frame inside the mapping (asserted).
+        self.map
+            .bytes_mut(base as usize, size)
+            .expect("frames lie inside the mapping")
     }
 }
 
 /// Registers the UMEM with socket `fd` (`XDP_UMEM_REG`, no headroom:
 /// transmitted frames start at their frame's first byte).
-pub(super) fn register(fd: std::os::fd::BorrowedFd<'_>, umem: &Umem) -> io::Result<()> {
-    let reg = libc::xdp_umem_reg {
-        addr: umem.addr(),
-        len: umem.len(),
-        chunk_size: umem.frame_size(),
-        headroom: 0,
-        flags: 0,
-        tx_metadata_len: 0,
-    };
-    sys::setsockopt(fd, libc::XDP_UMEM_REG, &reg)
+pub(super) fn register(fd: BorrowedFd<'_>, umem: &Umem) -> io::Result<()> {
+    xdp::register_umem(fd, &umem.map, umem.frame_size())
 }
 
 #[cfg(test)]
@@ -159,22 +134,20 @@ mod tests {
     #[test]
     fn frame_geometry() {
         let mut u = Umem::new(4, 2048).unwrap();
-        assert_eq!(u.len(), 8192);
+        assert_eq!(u.map.len(), 8192);
         assert_eq!(u.frame_addr(3), 6144);
         assert_eq!(u.frame_base(0x100), 0);
         assert_eq!(u.frame_base(2048 + 256), 2048);
         assert_eq!(u.frame_index(2048), Some(1));
         assert_eq!(u.frame_index(2049), None);
         assert_eq!(u.frame_index(8192), None);
-        // SAFETY: no kernel shares this area in the test.
-        unsafe {
-            u.frame_mut(2048)[256..260].copy_from_slice(b"abcd");
-            assert_eq!(u.frame(2048 + 256, 4), Some(&b"abcd"[..]));
-            // Crosses into the next frame, or past the end.
-            assert_eq!(u.frame(2048 + 2000, 100), None);
-            assert_eq!(u.frame(8192 - 10, 20), None);
-            assert_eq!(u.frame(8192, 1), None);
-            assert_eq!(u.frame(0, 2048).map(<[u8]>::len), Some(2048));
-        }
+        // No kernel shares this area in the test.
+        u.frame_mut(2048)[256..260].copy_from_slice(b"abcd");
+        assert_eq!(u.frame(2048 + 256, 4), Some(&b"abcd"[..]));
+        // Crosses into the next frame, or past the end.
+        assert_eq!(u.frame(2048 + 2000, 100), None);
+        assert_eq!(u.frame(8192 - 10, 20), None);
+        assert_eq!(u.frame(8192, 1), None);
+        assert_eq!(u.frame(0, 2048).map(<[u8]>::len), Some(2048));
     }
 }

@@ -67,14 +67,13 @@
 //! direction (plus one `PACKET_STATISTICS` read when the kernel flags a
 //! block with `TP_STATUS_LOSING`; and under back-pressure each `tx_push`
 //! that finds the ring full flushes once before reporting `Full`).
-#![allow(unsafe_code)]
 
-use std::ffi::CString;
 use std::io;
-use std::mem::{offset_of, size_of};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::mem::offset_of;
+#[cfg(test)]
+use std::mem::size_of;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
 
 use super::offload::{self, Segmenter};
 use super::{Uplink, UplinkCounters, UplinkOffloads};
@@ -82,6 +81,15 @@ use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
 use crate::queue::{copy_frame, FrameSource};
 use crate::stats::{DropCounts, DropReason};
+use crate::sys::mmap::{self, Mmap};
+use crate::sys::netdev::{self, IfName};
+use crate::sys::{packet, socket};
+
+mod config;
+mod ring;
+
+pub use self::config::{AfPacketConfig, AfPacketError, FanoutMode, RxRingConfig, TxRingConfig};
+use self::ring::{Cursor, RxRing, TxRing};
 
 /// `SO_SNDBUFFORCE` where the generic socket option numbers apply.
 #[cfg(any(
@@ -113,347 +121,6 @@ const VLAN_HLEN: usize = 4;
 const ETH_ALEN2: usize = 12;
 /// The 802.1Q tag protocol identifier.
 const ETH_P_8021Q: u16 = 0x8100;
-
-/// How a fanout group spreads frames over its sockets (`PACKET_FANOUT_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FanoutMode {
-    /// By flow hash (`PACKET_FANOUT_HASH`): a flow stays on one socket.
-    Hash,
-    /// Round robin (`PACKET_FANOUT_LB`).
-    LoadBalance,
-    /// By receiving CPU (`PACKET_FANOUT_CPU`).
-    Cpu,
-    /// Fill one socket, then the next (`PACKET_FANOUT_ROLLOVER`).
-    Rollover,
-    /// Random (`PACKET_FANOUT_RND`).
-    Random,
-    /// By the NIC's RX queue (`PACKET_FANOUT_QM`).
-    QueueMapping,
-}
-
-impl FanoutMode {
-    const fn raw(self) -> u32 {
-        match self {
-            FanoutMode::Hash => libc::PACKET_FANOUT_HASH,
-            FanoutMode::LoadBalance => libc::PACKET_FANOUT_LB,
-            FanoutMode::Cpu => libc::PACKET_FANOUT_CPU,
-            FanoutMode::Rollover => libc::PACKET_FANOUT_ROLLOVER,
-            FanoutMode::Random => libc::PACKET_FANOUT_RND,
-            FanoutMode::QueueMapping => libc::PACKET_FANOUT_QM,
-        }
-    }
-}
-
-/// Geometry of the TPACKET_V3 receive ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RxRingConfig {
-    /// Bytes per block: a multiple of the page size, at least
-    /// [`MIN_RX_BLOCK_SIZE`] (a 64 KiB GSO frame and its headers must fit in
-    /// one block, or it is truncated and dropped).
-    pub block_size: u32,
-    /// Number of blocks.
-    pub block_count: u32,
-    /// Milliseconds after which the kernel hands over a block that is not
-    /// full (`tp_retire_blk_tov`): the worst-case added latency at low
-    /// rates. 0 lets the kernel choose (several ms).
-    pub block_timeout_ms: u32,
-}
-
-impl Default for RxRingConfig {
-    /// 16 blocks of 256 KiB (4 MiB), 1 ms timeout.
-    fn default() -> Self {
-        Self {
-            block_size: 256 * 1024,
-            block_count: 16,
-            block_timeout_ms: 1,
-        }
-    }
-}
-
-/// Geometry of the transmit ring (fixed-size slots, TPACKET_V3 layout).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TxRingConfig {
-    /// Bytes per block: a multiple of the page size; it holds
-    /// `block_size / frame_size` slots.
-    pub block_size: u32,
-    /// Number of blocks.
-    pub block_count: u32,
-    /// Bytes per slot: a multiple of the page size (so that a 64 KiB frame
-    /// never spans more pages than an skb has fragments). A slot holds a
-    /// 48-byte slot header, the virtio-net header and the frame.
-    pub frame_size: u32,
-}
-
-impl Default for TxRingConfig {
-    /// 4 blocks of 1 MiB, 15 slots of 68 KiB each (60 slots, each taking
-    /// a 64 KiB super-frame).
-    fn default() -> Self {
-        Self {
-            block_size: 1024 * 1024,
-            block_count: 4,
-            frame_size: 68 * 1024,
-        }
-    }
-}
-
-/// How to open an [`AfPacket`] uplink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AfPacketConfig {
-    /// Carry offloads (partial checksums, TSO/UFO/USO super-frames) to and
-    /// from the kernel. When false the uplink announces no offloads: frames
-    /// to transmit must be complete ([`DropReason::OffloadUnsupported`]
-    /// otherwise), and
-    /// received partial checksums and super-frames are completed and
-    /// segmented in software before they are lent. (The socket takes the
-    /// kernel's virtio-net header either way: it is what identifies them.)
-    pub vnet_hdr: bool,
-    /// Bypass the qdisc layer on transmit (`PACKET_QDISC_BYPASS`): faster,
-    /// but frames the driver cannot queue are dropped instead of waiting,
-    /// and the kernel cannot segment in software on this path: super-frames
-    /// reach only interfaces that segment them themselves (veth does; check
-    /// `ethtool -k` for others) and are dropped otherwise (counted in
-    /// `tx_drops` as `Refused`). Off by default.
-    pub qdisc_bypass: bool,
-    /// Put the interface in promiscuous mode while the socket is open
-    /// (`PACKET_MR_PROMISC` membership), so frames for the guests' MAC
-    /// addresses are received.
-    pub promiscuous: bool,
-    /// Join fanout group `.0` (per network namespace) with mode `.1`.
-    pub fanout: Option<(u16, FanoutMode)>,
-    /// Receive ring.
-    pub rx_ring: RxRingConfig,
-    /// Transmit ring.
-    pub tx_ring: TxRingConfig,
-}
-
-impl Default for AfPacketConfig {
-    /// Offloads on, qdisc bypass off, promiscuous, no fanout, default rings.
-    fn default() -> Self {
-        Self {
-            vnet_hdr: true,
-            qdisc_bypass: false,
-            promiscuous: true,
-            fanout: None,
-            rx_ring: RxRingConfig::default(),
-            tx_ring: TxRingConfig::default(),
-        }
-    }
-}
-
-/// Why an [`AfPacket`] uplink could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum AfPacketError {
-    /// The name is empty, too long (max 15 bytes) or contains NUL.
-    #[error("invalid interface name {0:?} (1 to 15 bytes, no NUL)")]
-    Name(String),
-    /// No interface has this name in the caller's network namespace.
-    #[error("interface {0} not found")]
-    NotFound(String),
-    /// The caller lacks CAP_NET_RAW (or CAP_NET_ADMIN for promiscuous mode
-    /// and fanout).
-    #[error("permission denied opening a packet socket on {ifname} (needs CAP_NET_RAW and CAP_NET_ADMIN)")]
-    Permission {
-        /// The interface.
-        ifname: String,
-        /// The error of the step that was refused.
-        #[source]
-        source: io::Error,
-    },
-    /// The ring geometry is invalid.
-    #[error("invalid ring geometry for {ifname}: {reason}")]
-    Geometry {
-        /// The interface.
-        ifname: String,
-        /// What is wrong.
-        reason: &'static str,
-    },
-    /// A step of the socket or ring set-up failed.
-    #[error("cannot set up the packet socket on {ifname}: {step}")]
-    Setup {
-        /// The interface.
-        ifname: String,
-        /// The step that failed (e.g. `PACKET_RX_RING`).
-        step: &'static str,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-}
-
-// ===== syscall wrappers =====
-
-/// Opens an unbound raw packet socket (protocol 0: it receives nothing
-/// until it is bound).
-fn packet_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall with constant arguments; no pointers.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by socket() and is owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// `setsockopt(fd, level, name, &val, sizeof val)`.
-///
-/// `T` is one of the plain C structs or integers of the packet socket API
-/// (no padding is read by the kernel beyond `size_of::<T>()`).
-fn set_opt<T: Copy>(
-    fd: &OwnedFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    val: &T,
-) -> io::Result<()> {
-    // SAFETY: `val` points to `size_of::<T>()` readable bytes for the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            std::ptr::from_ref(val).cast::<libc::c_void>(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Reads (and clears) the socket's `PACKET_STATISTICS`.
-fn packet_stats(fd: RawFd) -> io::Result<libc::tpacket_stats_v3> {
-    let mut st = libc::tpacket_stats_v3 {
-        tp_packets: 0,
-        tp_drops: 0,
-        tp_freeze_q_cnt: 0,
-    };
-    let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
-    // SAFETY: `st` and `len` are valid for writes for the call, and `len`
-    // holds the size of `st`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            std::ptr::from_mut(&mut st).cast::<libc::c_void>(),
-            &raw mut len,
-        )
-    };
-    if r == 0 {
-        Ok(st)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Binds the socket to all protocols of interface `ifindex`.
-fn bind_ll(fd: &OwnedFd, ifindex: u32) -> io::Result<()> {
-    // SAFETY: an all-zero sockaddr_ll is valid.
-    let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sa.sll_family = libc::AF_PACKET as u16;
-    sa.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-    sa.sll_ifindex = ifindex as i32;
-    // SAFETY: `sa` is a valid sockaddr_ll and its size is passed.
-    let r = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            std::ptr::from_ref(&sa).cast::<libc::sockaddr>(),
-            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Asks the kernel to transmit every `TP_STATUS_SEND_REQUEST` slot, without
-/// waiting. Returns the frame bytes it accepted.
-fn send_ring(fd: RawFd) -> io::Result<usize> {
-    // SAFETY: a NULL buffer of length 0 is valid for send(); with a TX ring
-    // the kernel reads the frames from the ring instead.
-    let r = unsafe { libc::send(fd, std::ptr::null(), 0, libc::MSG_DONTWAIT) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
-}
-
-/// The index of interface `name`, or `NotFound`.
-fn if_index(name: &CString) -> io::Result<u32> {
-    // SAFETY: `name` is a valid NUL-terminated string.
-    let i = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if i == 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(i)
-    }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(p).unwrap_or(4096)
-}
-
-/// The rings of a packet socket, mapped into our address space
-/// (`MAP_SHARED`: the kernel writes and reads them concurrently, following
-/// the ring status protocol).
-#[derive(Debug)]
-struct Mapping {
-    ptr: NonNull<libc::c_void>,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(fd: &OwnedFd, len: usize) -> io::Result<Self> {
-        // SAFETY: a fresh shared mapping of the socket's rings; no existing
-        // memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(p).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
-        Ok(Self { ptr, len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` describe a mapping we own; no reference into
-        // it outlives the uplink (frames are lent for a call only).
-        unsafe { libc::munmap(self.ptr.as_ptr(), self.len) };
-    }
-}
-
-/// A 32-bit status word shared with the kernel.
-///
-/// # Safety
-///
-/// `p` is aligned, inside a live mapping for `'a`, and accessed by this
-/// process only through atomics.
-unsafe fn status_word<'a>(p: *mut u32) -> &'a AtomicU32 {
-    // SAFETY: guaranteed by the caller.
-    unsafe { AtomicU32::from_ptr(p) }
-}
 
 // ===== native-endian header access =====
 //
@@ -499,120 +166,6 @@ const TX_OFFLOADS: u64 =
     bits::CSUM | bits::HOST_TSO4 | bits::HOST_TSO6 | bits::HOST_ECN | bits::HOST_UFO;
 const RX_OFFLOADS: u64 = bits::GUEST_CSUM | bits::GUEST_TSO4 | bits::GUEST_TSO6 | bits::GUEST_ECN;
 
-// ===== rings =====
-
-/// Where the consumer is inside a block it owns.
-#[derive(Debug, Clone, Copy)]
-struct Cursor {
-    /// Frames not lent yet.
-    remaining: u32,
-    /// Block offset of the next frame's `tpacket3_hdr`.
-    offset: usize,
-}
-
-#[derive(Debug)]
-struct RxRing {
-    base: NonNull<libc::c_void>,
-    block_size: usize,
-    block_count: usize,
-    /// Block to look at (or being consumed).
-    next: usize,
-    cursor: Option<Cursor>,
-}
-
-impl RxRing {
-    fn block(&self, i: usize) -> *mut libc::tpacket_block_desc {
-        debug_assert!(i < self.block_count);
-        // Invariant: i < block_count, so the block lies inside the mapping
-        // (blocks are page-aligned: the cast is aligned).
-        self.base
-            .as_ptr()
-            .wrapping_byte_add(i * self.block_size)
-            .cast::<libc::tpacket_block_desc>()
-    }
-
-    fn status(&self, i: usize) -> &AtomicU32 {
-        let b = self.block(i);
-        // SAFETY: the block descriptor lies inside the mapping, which lives
-        // as long as `self` (only its address is taken here);
-        // `block_status` is only accessed atomically.
-        unsafe { status_word(&raw mut (*b).hdr.bh1.block_status) }
-    }
-
-    /// The body of block `i` (from `num_pkts` to the end).
-    ///
-    /// # Safety
-    ///
-    /// The block is owned by user space (its status has `TP_STATUS_USER`,
-    /// read with `Acquire`), it is not handed back while the slice lives,
-    /// and no other reference to it exists.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn body<'a>(&self, i: usize) -> &'a mut [u8] {
-        // SAFETY: the range lies inside the mapping (see `block`), and the
-        // caller guarantees exclusive ownership of it.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.block(i).cast::<u8>().wrapping_add(BLOCK_BODY_OFF),
-                self.block_size - BLOCK_BODY_OFF,
-            )
-        }
-    }
-}
-
-#[derive(Debug)]
-struct TxRing {
-    base: NonNull<libc::c_void>,
-    block_size: usize,
-    frame_size: usize,
-    per_block: usize,
-    count: usize,
-    /// Next slot to fill.
-    head: usize,
-    /// Slots marked SEND_REQUEST and not yet seen processed (the ones just
-    /// before `head`).
-    unsent: usize,
-    /// Frame length (without the virtio-net header) of each slot.
-    lens: Vec<u32>,
-}
-
-impl TxRing {
-    fn slot(&self, i: usize) -> *mut libc::tpacket3_hdr {
-        debug_assert!(i < self.count);
-        // Invariant: i < count = per_block * blocks: inside the mapping
-        // (slots are page-aligned: the cast is aligned).
-        self.base
-            .as_ptr()
-            .wrapping_byte_add(
-                (i / self.per_block) * self.block_size + (i % self.per_block) * self.frame_size,
-            )
-            .cast::<libc::tpacket3_hdr>()
-    }
-
-    fn status(&self, i: usize) -> &AtomicU32 {
-        let h = self.slot(i);
-        // SAFETY: the slot header lies inside the mapping, which lives as
-        // long as `self` (only its address is taken here); `tp_status` is
-        // only accessed atomically.
-        unsafe { status_word(&raw mut (*h).tp_status) }
-    }
-
-    /// Sets a slot's `tp_len` (and `tp_next_offset`, which must be 0).
-    ///
-    /// # Safety
-    ///
-    /// The slot is not being read by the kernel: it is AVAILABLE and ours,
-    /// or SEND_REQUEST while no `send()` runs.
-    unsafe fn set_len(&self, i: usize, len: u32) {
-        let h = self.slot(i);
-        // SAFETY: the header lies inside the mapping and the caller
-        // guarantees the kernel does not access it meanwhile.
-        unsafe {
-            (&raw mut (*h).tp_len).write_volatile(len);
-            (&raw mut (*h).tp_next_offset).write_volatile(0);
-        }
-    }
-}
-
 // ===== impl AfPacket =====
 
 /// An uplink on a packet socket with mmap'd TPACKET_V3 rings.
@@ -630,16 +183,10 @@ pub struct AfPacket {
     offloads: UplinkOffloads,
     segmenter: Segmenter,
     counters: UplinkCounters,
-    /// Kept for its `Drop` (munmap); accessed through `rx` and `tx`.
-    #[allow(dead_code)]
-    map: Mapping,
+    /// The RX ring, then the TX ring; accessed through `rx` and `tx`.
+    map: Mmap,
     fd: OwnedFd,
 }
-
-// SAFETY: the raw pointers point into `map`, which this value owns alone;
-// frames are lent only for the duration of a call on `&mut self`, so
-// moving the uplink to another thread moves all access with it.
-unsafe impl Send for AfPacket {}
 
 impl AfPacket {
     /// Opens a packet socket on interface `ifname` (in the caller's network
@@ -649,10 +196,7 @@ impl AfPacket {
     /// See [`AfPacketError`]; each names the interface.
     pub fn open(ifname: &str, cfg: AfPacketConfig) -> Result<Self, AfPacketError> {
         let name = ifname.to_owned();
-        if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
-            return Err(AfPacketError::Name(name));
-        }
-        let cname = CString::new(ifname).map_err(|_| AfPacketError::Name(name.clone()))?;
+        let cname = IfName::new(ifname).map_err(|e| AfPacketError::Name(e.0))?;
         let geometry = |reason| AfPacketError::Geometry {
             ifname: name.clone(),
             reason,
@@ -673,7 +217,7 @@ impl AfPacket {
         };
 
         // Geometry.
-        let page = page_size();
+        let page = mmap::page_size();
         let r = cfg.rx_ring;
         let t = cfg.tx_ring;
         let (rb, tb, tf) = (
@@ -714,25 +258,23 @@ impl AfPacket {
             return Err(geometry("too many ring frames"));
         };
 
-        let ifindex = if_index(&cname).map_err(|_| AfPacketError::NotFound(name.clone()))?;
-        let fd = packet_socket().map_err(setup("socket"))?;
-        let sol = libc::SOL_PACKET;
+        let ifindex = netdev::ifindex(&cname).map_err(|_| AfPacketError::NotFound(name.clone()))?;
+        let fd = packet::socket().map_err(setup("socket"))?;
+        let set_opt = |name, val: &i32| packet::setsockopt(fd.as_fd(), name, val);
         let v3 = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
-        set_opt(&fd, sol, libc::PACKET_VERSION, &v3).map_err(setup("PACKET_VERSION"))?;
+        set_opt(libc::PACKET_VERSION, &v3).map_err(setup("PACKET_VERSION"))?;
         // The header size must be set before the rings.
-        let tx_vnet_len = if set_opt(&fd, sol, libc::PACKET_VNET_HDR_SZ, &12i32).is_ok() {
+        let tx_vnet_len = if set_opt(libc::PACKET_VNET_HDR_SZ, &12).is_ok() {
             12
         } else {
-            set_opt(&fd, sol, libc::PACKET_VNET_HDR, &1i32).map_err(setup("PACKET_VNET_HDR"))?;
+            set_opt(libc::PACKET_VNET_HDR, &1).map_err(setup("PACKET_VNET_HDR"))?;
             10
         };
-        set_opt(&fd, sol, libc::PACKET_LOSS, &1i32).map_err(setup("PACKET_LOSS"))?;
+        set_opt(libc::PACKET_LOSS, &1).map_err(setup("PACKET_LOSS"))?;
         if cfg.qdisc_bypass {
-            set_opt(&fd, sol, libc::PACKET_QDISC_BYPASS, &1i32)
-                .map_err(setup("PACKET_QDISC_BYPASS"))?;
+            set_opt(libc::PACKET_QDISC_BYPASS, &1).map_err(setup("PACKET_QDISC_BYPASS"))?;
         }
-        set_opt(&fd, sol, libc::PACKET_IGNORE_OUTGOING, &1i32)
-            .map_err(setup("PACKET_IGNORE_OUTGOING"))?;
+        set_opt(libc::PACKET_IGNORE_OUTGOING, &1).map_err(setup("PACKET_IGNORE_OUTGOING"))?;
         // Let the whole TX ring be in flight: the default send buffer holds
         // only three 64 KiB frames. Best effort (FORCE needs CAP_NET_ADMIN;
         // plain SO_SNDBUF is capped by net.core.wmem_max).
@@ -745,7 +287,8 @@ impl AfPacket {
             target_arch = "riscv64",
             target_arch = "loongarch64"
         ))]
-        let forced = set_opt(&fd, libc::SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf).is_ok();
+        let forced =
+            socket::setsockopt(fd.as_fd(), libc::SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf).is_ok();
         #[cfg(not(any(
             target_arch = "x86_64",
             target_arch = "x86",
@@ -756,7 +299,7 @@ impl AfPacket {
         )))]
         let forced = false;
         if !forced {
-            let _ = set_opt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &sndbuf);
+            let _ = socket::setsockopt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &sndbuf);
         }
 
         let rx_req = libc::tpacket_req3 {
@@ -768,7 +311,8 @@ impl AfPacket {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        set_opt(&fd, sol, libc::PACKET_RX_RING, &rx_req).map_err(setup("PACKET_RX_RING"))?;
+        packet::setsockopt(fd.as_fd(), libc::PACKET_RX_RING, &rx_req)
+            .map_err(setup("PACKET_RX_RING"))?;
         let tx_req = libc::tpacket_req3 {
             tp_block_size: t.block_size,
             tp_block_nr: t.block_count,
@@ -778,11 +322,12 @@ impl AfPacket {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        set_opt(&fd, sol, libc::PACKET_TX_RING, &tx_req).map_err(setup("PACKET_TX_RING"))?;
+        packet::setsockopt(fd.as_fd(), libc::PACKET_TX_RING, &tx_req)
+            .map_err(setup("PACKET_TX_RING"))?;
         // RX ring first, then TX ring, in one mapping.
-        let map = Mapping::new(&fd, total).map_err(setup("mmap"))?;
+        let map = Mmap::shared(fd.as_fd(), total).map_err(setup("mmap"))?;
 
-        bind_ll(&fd, ifindex).map_err(setup("bind"))?;
+        packet::bind(fd.as_fd(), ifindex).map_err(setup("bind"))?;
         if cfg.promiscuous {
             let mreq = libc::packet_mreq {
                 mr_ifindex: ifindex as i32,
@@ -790,17 +335,16 @@ impl AfPacket {
                 mr_alen: 0,
                 mr_address: [0; 8],
             };
-            set_opt(&fd, sol, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+            packet::setsockopt(fd.as_fd(), libc::PACKET_ADD_MEMBERSHIP, &mreq)
                 .map_err(setup("PACKET_ADD_MEMBERSHIP"))?;
         }
         if let Some((group, mode)) = cfg.fanout {
             let arg = u32::from(group) | (mode.raw() << 16);
-            set_opt(&fd, sol, libc::PACKET_FANOUT, &arg).map_err(setup("PACKET_FANOUT"))?;
+            packet::setsockopt(fd.as_fd(), libc::PACKET_FANOUT, &arg)
+                .map_err(setup("PACKET_FANOUT"))?;
         }
 
-        let base = map.ptr;
         let rx = RxRing {
-            base,
             block_size: rb,
             block_count: r.block_count as usize,
             next: 0,
@@ -808,7 +352,7 @@ impl AfPacket {
         };
         let tx = TxRing {
             // Invariant: rx_bytes < total, so this stays inside the mapping.
-            base: NonNull::new(base.as_ptr().wrapping_byte_add(rx_bytes)).unwrap_or(base),
+            base: rx_bytes,
             block_size: tb,
             frame_size: tf,
             per_block,
@@ -872,7 +416,8 @@ impl AfPacket {
         let (mut frames, mut bytes) = (0, 0u64);
         while self.tx.unsent > 0 {
             let i = (self.tx.head + self.tx.count - self.tx.unsent) % self.tx.count;
-            if self.tx.status(i).load(Ordering::Acquire) == libc::TP_STATUS_SEND_REQUEST {
+            if self.tx.status(&self.map, i).load(Ordering::Acquire) == libc::TP_STATUS_SEND_REQUEST
+            {
                 break;
             }
             if self.tx.lens[i] != DROPPED {
@@ -931,21 +476,21 @@ impl Uplink for AfPacket {
         let block_size = self.rx.block_size;
         while lent < max {
             let bi = self.rx.next;
-            let status = self.rx.status(bi).load(Ordering::Acquire);
+            let status = self.rx.status(&self.map, bi).load(Ordering::Acquire);
             if status & libc::TP_STATUS_USER == 0 {
                 break;
             }
-            // SAFETY: the block is ours (TP_STATUS_USER, read with Acquire
+            // Ownership: the block is ours (TP_STATUS_USER, read with Acquire
             // just above), it goes back to the kernel only after `body` is
             // last used below, and nothing else refers to it.
-            let body = unsafe { self.rx.body(bi) };
+            let body = self.rx.body(&mut self.map, bi);
             // Block offsets -> body indices.
             let at = |off: usize| off - BLOCK_BODY_OFF;
             let (mut remaining, mut off) = match self.rx.cursor {
                 Some(c) => (c.remaining, c.offset),
                 None => {
                     if status & libc::TP_STATUS_LOSING != 0 {
-                        if let Ok(st) = packet_stats(self.fd.as_raw_fd()) {
+                        if let Ok(st) = packet::statistics(self.fd.as_fd()) {
                             drops.add(DropReason::Overrun, u64::from(st.tp_drops));
                         }
                     }
@@ -1052,7 +597,7 @@ impl Uplink for AfPacket {
             if remaining == 0 {
                 self.rx.cursor = None;
                 self.rx
-                    .status(bi)
+                    .status(&self.map, bi)
                     .store(libc::TP_STATUS_KERNEL, Ordering::Release);
                 self.rx.next = (bi + 1) % self.rx.block_count;
             } else {
@@ -1087,38 +632,32 @@ impl Uplink for AfPacket {
             VirtioNetHdr::default()
         };
         let i = self.tx.head;
-        if self.tx.status(i).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
+        if self.tx.status(&self.map, i).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
             // Out of slots: hand the queued ones over, then look again. An
             // error here shows again at the caller's next tx_flush.
             if self.tx.unsent > 0 {
                 let _ = self.tx_flush();
             }
-            if self.tx.status(i).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
+            if self.tx.status(&self.map, i).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
                 return Err(DropReason::NoBuffers);
             }
         }
-        let slot = self.tx.slot(i);
         let vlen = self.tx_vnet_len;
-        // SAFETY: the slot is ours (TP_STATUS_AVAILABLE, read with Acquire);
-        // the data area starts after the 48-byte slot header, so it does not
-        // overlap `tp_status`, and `frame_size - 48 >= vlen + len` (checked
-        // above) bytes of it lie inside the mapping.
-        let data = unsafe {
-            std::slice::from_raw_parts_mut(
-                slot.cast::<u8>().wrapping_add(TPACKET3_HDR),
-                self.tx.frame_size - TPACKET3_HDR,
-            )
-        };
+        // Ownership: the slot is ours (TP_STATUS_AVAILABLE, read with
+        // Acquire); the data area starts after the 48-byte slot header, so
+        // it does not overlap `tp_status`, and `frame_size - 48 >= vlen +
+        // len` (checked above).
+        let data = self.tx.data(&mut self.map, i);
         data[..vlen].copy_from_slice(&hdr_to_ne(&hdr)[..vlen]);
         let copied = copy_frame(frame, &mut data[vlen..vlen + len]);
         debug_assert_eq!(copied, len);
         let tp_len = (vlen + len) as u32;
-        // SAFETY: the slot is ours (AVAILABLE); the kernel reads it only
+        // Ownership: the slot is ours (AVAILABLE); the kernel reads it only
         // after the Release store of the status below.
-        unsafe { self.tx.set_len(i, tp_len) };
+        self.tx.set_len(&mut self.map, i, tp_len);
         self.tx.lens[i] = len as u32;
         self.tx
-            .status(i)
+            .status(&self.map, i)
             .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
         self.tx.head = (i + 1) % self.tx.count;
         self.tx.unsent += 1;
@@ -1134,7 +673,7 @@ impl Uplink for AfPacket {
         if self.tx.unsent == 0 {
             return Ok(());
         }
-        let res = send_ring(self.fd.as_raw_fd());
+        let res = packet::send_ring(self.fd.as_fd());
         let (frames, bytes) = self.reap_sent();
         if matches!(&res, Err(e) if e.raw_os_error() == Some(libc::ENOBUFS)) && self.tx.unsent > 0 {
             // The kernel dropped the oldest queued frame (driver or qdisc
@@ -1144,10 +683,10 @@ impl Uplink for AfPacket {
             // Drop it for good: with a length shorter than its virtio-net
             // header, the next send skips it (PACKET_LOSS).
             let i = (self.tx.head + self.tx.count - self.tx.unsent) % self.tx.count;
-            // SAFETY: the slot is SEND_REQUEST and no send() is running (we
-            // hold `&mut self`, and the kernel reads TX slots only inside
+            // Ownership: the slot is SEND_REQUEST and no send() is running
+            // (we hold `&mut self`, and the kernel reads TX slots only inside
             // send(), which has returned).
-            unsafe { self.tx.set_len(i, 0) };
+            self.tx.set_len(&mut self.map, i, 0);
             self.tx.lens[i] = DROPPED;
             self.counters.tx_drops.add(DropReason::Refused, 1);
         }

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The syscall layer: every call the crate makes into the kernel outside
+//! `ring/`, each wrapped once, with its arguments checked and errno turned
+//! into [`io::Error`]. Callers add the interface and the step to the error.
+//!
+//! | file | what it wraps |
+//! |---|---|
+//! | `socket.rs` | `socket`, `setsockopt`/`getsockopt` of plain-data options, `bind`, `MSG_PEEK` reads, the zero-length `send`/`sendto`/`recvfrom` kicks |
+//! | `mmap.rs` | an owned mapping shared with the kernel, with bounds-checked accessors |
+//! | `netdev.rs` | interface names (one validation rule), `if_nametoindex`, MTU, `IFF_UP` |
+//! | `packet.rs` | AF_PACKET: the socket, `bind` to an interface, `PACKET_STATISTICS`, the TX ring kick |
+//! | `xdp.rs` | AF_XDP: the socket, UMEM registration, ring sizes and offsets, `bind`, statistics, wake-ups, the rings' shared memory |
+//! | `bpf.rs` | the `bpf()` commands: map create/update, program load, link create, program info |
+//! | `tun.rs` | the TUN/TAP ioctls |
+//! | `thread.rs` | CPU affinity |
+//!
+//! This module and `ring/` are the only places that opt into `unsafe`.
+//! Memory shared with the kernel (mmap'd rings and UMEM) is reached only
+//! through `mmap::Mmap` and `xdp::XdpRing`, whose safe methods check
+//! bounds and alignment and use atomics for the words both sides write.
+#![allow(unsafe_code)]
+
+use std::io;
+
+pub(crate) mod bpf;
+pub(crate) mod mmap;
+pub(crate) mod netdev;
+pub(crate) mod packet;
+pub(crate) mod socket;
+mod thread;
+pub(crate) mod tun;
+pub(crate) mod xdp;
+
+pub(crate) use socket::peek;
+pub use thread::pin_current_thread;
+
+/// Converts a `-1`-on-error return value into `io::Result`.
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Converts a `-1`-on-error byte count into `io::Result`.
+fn check_len(ret: libc::ssize_t) -> io::Result<usize> {
+    usize::try_from(ret).map_err(|_| io::Error::last_os_error())
+}
