@@ -292,7 +292,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Binds the server socket, replacing a stale socket file.
 fn bind_socket(path: &Path) -> Result<UnixListener, PortError> {
     match std::fs::symlink_metadata(path) {
-        Ok(md) if md.file_type().is_socket() => match UnixStream::connect(path) {
+        Ok(md) if md.file_type().is_socket() => match crate::sys::unix::connect(path) {
             Ok(_) => return Err(PortError::SocketInUse(path.to_owned())),
             Err(_) => {
                 tracing::info!("removing stale socket {}", path.display());
@@ -305,7 +305,7 @@ fn bind_socket(path: &Path) -> Result<UnixListener, PortError> {
         Ok(_) => return Err(PortError::NotASocket(path.to_owned())),
         Err(_) => {}
     }
-    let l = UnixListener::bind(path).map_err(|source| PortError::Listen {
+    let l = crate::sys::unix::bind(path).map_err(|source| PortError::Listen {
         path: path.to_owned(),
         source,
     })?;
@@ -371,7 +371,7 @@ fn serve_client(inner: &PortInner, path: &Path, backoff: Backoff) {
     let mut delay = backoff.initial;
     let mut reported = false;
     while !inner.shutdown.load(Ordering::Acquire) {
-        match UnixStream::connect(path) {
+        match crate::sys::unix::connect(path) {
             Ok(stream) => {
                 delay = backoff.initial;
                 reported = false;

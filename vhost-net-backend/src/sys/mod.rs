@@ -13,6 +13,7 @@
 //! | `bpf.rs` | the `bpf()` commands: map create/update, program load, link create, program info |
 //! | `tun.rs` | the TUN/TAP ioctls |
 //! | `thread.rs` | CPU affinity |
+//! | `unix.rs` | Unix stream sockets at paths of any length (through the directory when longer than `sun_path`) |
 //!
 //! This module and `ring/` are the only places that opt into `unsafe`.
 //! Memory shared with the kernel (mmap'd rings and UMEM) is reached only
@@ -29,6 +30,7 @@ pub(crate) mod packet;
 pub(crate) mod socket;
 mod thread;
 pub(crate) mod tun;
+pub mod unix;
 pub(crate) mod xdp;
 
 pub(crate) use socket::peek;
