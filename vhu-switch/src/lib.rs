@@ -16,6 +16,7 @@
 //! | [`config`] | embedded defaults, the TOML file and flags -> a validated configuration, every error at once with its place |
 //! | [`metrics`] | the Prometheus text exposition of a snapshot of the counters |
 //! | [`persist`] | the ports created through the API, written durably and read back at start |
+//! | [`capture`] | a port's capture point (free when off) and the pcapng stream it feeds |
 //! | [`api`] | the control API on a Unix socket: HTTP/1.1, routes, handlers |
 //!
 //! `decide` never touches guest memory or a destination; destinations never
@@ -24,6 +25,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod capture;
 pub mod config;
 pub mod decide;
 pub mod fdb;
