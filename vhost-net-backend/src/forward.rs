@@ -380,4 +380,37 @@ mod tests {
         assert_eq!(u.counters.tx_dropped(), 0);
         assert_eq!((c.sw_segmented, c.sw_segments), (1, n as u64));
     }
+
+    #[cfg(feature = "test-utils")]
+    #[test]
+    fn a_guest_rx_burst_is_a_sink() {
+        use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
+
+        // A guest that acked mergeable buffers but no receive offloads.
+        let mut g = LoopbackGuest::new(LoopbackOpts {
+            buf_len: 4096,
+            ..LoopbackOpts::default()
+        });
+        assert_eq!(g.post_rx(4), 4);
+        let mut c = ForwardCounters::default();
+        let f = tcp4_frame();
+        {
+            let mut rx = g.qp.rx.burst();
+            assert_eq!(rx.accepts(), 0);
+            Forwarder::new()
+                .forward(&mut c, &csum_hdr(), &&f[..], &mut rx)
+                .unwrap();
+        }
+        assert_eq!(c.sw_csum, 1);
+        let hdr_len = g.hdr_len();
+        let mut got = Vec::new();
+        assert_eq!(g.reap_rx_with(&mut |b| got.push(b.to_vec())), 1);
+        let (h, frame) = got[0].split_at(hdr_len);
+        // No flags for a guest without GUEST_CSUM; one buffer.
+        assert_eq!(h[0], 0);
+        assert_eq!(frame.len(), f.len());
+        assert!(tcp_checksum_ok(frame));
+        let q = g.qp.rx.counters();
+        assert_eq!((q.packets, q.dropped()), (1, 0));
+    }
 }
