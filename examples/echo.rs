@@ -24,10 +24,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use vhost_net_backend::{Offloads, Poller, Port, PortConfig, QueuePair, SocketRole};
+use vhost_net_backend::poll::{self, PollLoop, Poller};
+use vhost_net_backend::{Offloads, Port, PortConfig, QueuePair, SocketRole};
 use vhu_examples::MAX_BURST;
 
 /// How the data-plane thread waits for work.
@@ -128,52 +129,18 @@ fn run(args: &Args, qps: &mut [QueuePair], stop: &AtomicBool) -> std::io::Result
     for qp in qps.iter_mut() {
         poller.add(qp)?;
     }
-    let idle = Duration::from_micros(args.idle_us);
-    let mut last_work = Instant::now();
-    let mut sleeping_allowed = args.poll != PollMode::Busy;
+    let mode = match args.poll {
+        PollMode::Busy => poll::PollMode::Busy,
+        PollMode::Adaptive => poll::PollMode::Adaptive,
+        PollMode::Interrupt => poll::PollMode::Interrupt,
+    };
+    let mut poll = PollLoop::new(mode, Duration::from_micros(args.idle_us));
     while !stop.load(Ordering::Relaxed) {
         let mut moved = 0;
         for qp in qps.iter_mut() {
             moved += echo_burst(qp, args.burst);
         }
-        if moved > 0 {
-            last_work = Instant::now();
-            continue;
-        }
-        if !sleeping_allowed {
-            // Busy mode: the guest need not kick a poller (rings restarted
-            // by the frontend come up with kicks enabled).
-            for qp in qps.iter_mut() {
-                qp.tx.disable_notifications();
-                qp.rx.disable_notifications();
-            }
-            std::hint::spin_loop();
-            continue;
-        }
-        if args.poll == PollMode::Adaptive && last_work.elapsed() < idle {
-            continue;
-        }
-        // Ask for TX kicks on every queue (and RX kicks where we wait for
-        // RX buffers); sleep only if nothing slipped in meanwhile.
-        let mut pending = false;
-        for qp in qps.iter_mut() {
-            pending |= qp.tx.enable_notifications();
-            if qp.rx.is_running() && qp.rx.available(1) == 0 {
-                pending |= qp.rx.enable_notifications();
-            }
-        }
-        if !pending {
-            // The timeout bounds how long a signal takes to be noticed.
-            poller.wait(Some(Duration::from_millis(100)))?;
-        }
-        if args.poll == PollMode::Adaptive {
-            for qp in qps.iter_mut() {
-                qp.tx.disable_notifications();
-                qp.rx.disable_notifications();
-            }
-        }
-        last_work = Instant::now();
-        sleeping_allowed = true;
+        poll.round(moved, false, qps, &mut poller)?;
     }
     Ok(())
 }

@@ -20,14 +20,15 @@
 //! # Offloads
 //!
 //! The port offers checksum and TSO offloads both ways
-//! ([`Offloads::checksum_and_tso`]) whatever the uplink; what the uplink
-//! cannot take is done here, in software ([`offload`]):
+//! ([`Offloads::checksum_and_tso`]) whatever the uplink; what the
+//! destination cannot take is done in software by the library's
+//! [`Forwarder`], in both directions (the guest's RX queue and the uplink
+//! are both [`Sink`]s):
 //!
 //! * a guest frame whose header asks for a checksum or segmentation the
-//!   uplink refuses ([`DropReason::OffloadUnsupported`]: AF_XDP always, AF_PACKET and TAP
-//!   for headers the kernel would reject) is copied into a scratch buffer,
-//!   completed or segmented there, and pushed as plain frames (a second
-//!   copy, on this path only);
+//!   uplink refuses (AF_XDP always, AF_PACKET and TAP for headers the kernel
+//!   would reject) is copied into a scratch buffer, completed or segmented
+//!   there, and pushed as plain frames (a second copy, on this path only);
 //! * a frame from the uplink that carries offload metadata the guest did not
 //!   ack (a TSO super-frame for a guest without `GUEST_TSO4`, a partial
 //!   checksum for one without `GUEST_CSUM`) is completed or segmented before
@@ -44,7 +45,7 @@
 //!
 //! # Polling
 //!
-//! `busy` spins; `adaptive` (default) spins while there is traffic and,
+//! The library's [`PollLoop`]: `busy` spins; `adaptive` (default) spins while there is traffic and,
 //! after `--idle-us` without any, sleeps on the guest's kicks and the
 //! uplink's receive file descriptor. While frames wait for guest RX buffers
 //! the thread naps in short, growing steps instead (the uplink's descriptor
@@ -71,18 +72,18 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use vhost_net_backend::device::bits;
 use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig};
 use vhost_net_backend::io::af_xdp::{AfXdp, AfXdpConfig, Attach, BindMode, ZeroCopy};
-use vhost_net_backend::io::offload::{self, Segmenter};
 use vhost_net_backend::io::tap::{Tap, TapConfig};
 use vhost_net_backend::io::Uplink;
+use vhost_net_backend::poll::{self, PollLoop, Poller};
+use vhost_net_backend::sink::{Sink, UplinkSink, GUEST_OFFLOADS};
 use vhost_net_backend::{
-    DropReason, FrameSource, FrameWriter, Offloads, Poller, Port, PortConfig, QueuePair,
-    SocketRole, TxFrame, VirtioNetHdr,
+    ForwardCounters, Forwarder, Offloads, Port, PortConfig, QueuePair, SocketRole,
 };
 use vhu_examples::MAX_BURST;
 
@@ -199,18 +200,8 @@ const MAX_RX_AVAIL: usize = 512;
 /// super-frames: a 64 KiB frame in 1.5 KiB buffers, or its ~45 software
 /// segments.
 const RX_BUFFERS_PER_SUPER_FRAME: usize = 48;
-/// Flush-and-retry rounds when the uplink's transmit buffers are full.
-const FULL_RETRIES: usize = 64;
-/// Nap while frames wait for guest RX buffers: first and longest.
-const NAP_MIN: Duration = Duration::from_micros(20);
-const NAP_MAX: Duration = Duration::from_millis(1);
-/// Longest sleep in `adaptive` mode (bounds how long a signal takes).
-const SLEEP_MAX: Duration = Duration::from_millis(100);
 /// Poller token of the uplink's receive descriptor.
-const TOKEN_UPLINK: u64 = 1 << 40;
-/// The GUEST_* offload bits (what a guest accepts on receive).
-const GUEST_OFFLOADS: u64 =
-    bits::GUEST_CSUM | bits::GUEST_TSO4 | bits::GUEST_TSO6 | bits::GUEST_ECN | bits::GUEST_UFO;
+const TOKEN_UPLINK: u64 = 1;
 /// Uplink receive offloads that mean super-frames.
 const RX_SUPER_FRAMES: u64 = bits::GUEST_TSO4 | bits::GUEST_TSO6 | bits::GUEST_UFO;
 
@@ -249,7 +240,7 @@ fn main() -> ExitCode {
     // The uplink first: a bad interface fails before a socket appears.
     let res = match &args.uplink {
         UplinkSpec::AfXdp(ifname) => {
-            open_af_xdp(ifname, &args).and_then(|u| serve(u, &args, &stop))
+            open_af_xdp(ifname, &args).and_then(|u| serve(u, guest_features, &args, &stop))
         }
         UplinkSpec::AfPacket(ifname) => match AfPacket::open(
             ifname,
@@ -271,7 +262,7 @@ fn main() -> ExitCode {
                         ""
                     }
                 );
-                serve(u, &args, &stop)
+                serve(u, guest_features, &args, &stop)
             }
             Err(e) => Err(Failure::Uplink(vhu_examples::error_chain(&e))),
         },
@@ -284,7 +275,7 @@ fn main() -> ExitCode {
         ) {
             Ok(u) => {
                 tracing::info!("uplink {}: opened", u.name());
-                serve(u, &args, &stop)
+                serve(u, tap_features, &args, &stop)
             }
             Err(e) => Err(Failure::Uplink(vhu_examples::error_chain(&e))),
         },
@@ -350,29 +341,34 @@ fn open_af_xdp(ifname: &str, args: &Args) -> Result<AfXdp, Failure> {
     Ok(x)
 }
 
-/// What the data plane needs from an uplink beyond [`Uplink`].
-trait Attached: Uplink {
-    /// The guest acked a new feature set (0: no guest).
-    fn guest_features(&mut self, _acked: u64) {}
+/// Tells an uplink which features the guest acked (0: no guest).
+type OnFeatures<U> = fn(&mut U, u64);
+
+/// [`Uplink::guest_features`], for uplinks whose implementation is the
+/// library's.
+fn guest_features<U: Uplink>(u: &mut U, acked: u64) {
+    u.guest_features(acked);
 }
 
-impl Attached for AfXdp {}
-impl Attached for AfPacket {}
-impl Attached for Tap {
-    fn guest_features(&mut self, acked: u64) {
-        match self.set_offloads(acked) {
-            Ok(()) => tracing::info!(
-                "uplink {}: receive offloads set to rx={:#x}",
-                self.name(),
-                self.offloads().rx
-            ),
-            Err(e) => tracing::warn!("uplink {}: {}", self.name(), vhu_examples::error_chain(&e)),
-        }
+/// TAP: the kernel hands over only the receive offloads the guest acked.
+fn tap_features(tap: &mut Tap, acked: u64) {
+    match tap.set_offloads(acked) {
+        Ok(()) => tracing::info!(
+            "uplink {}: receive offloads set to rx={:#x}",
+            tap.name(),
+            tap.offloads().rx
+        ),
+        Err(e) => tracing::warn!("uplink {}: {}", tap.name(), vhu_examples::error_chain(&e)),
     }
 }
 
 /// Creates the port, runs the data plane until a signal, prints counters.
-fn serve<U: Attached>(uplink: U, args: &Args, stop: &AtomicBool) -> Result<(), Failure> {
+fn serve<U: Uplink>(
+    uplink: U,
+    on_features: OnFeatures<U>,
+    args: &Args,
+    stop: &AtomicBool,
+) -> Result<(), Failure> {
     let mut cfg = PortConfig::new("patch", &args.socket);
     cfg.role = if args.client {
         SocketRole::Client
@@ -387,88 +383,49 @@ fn serve<U: Attached>(uplink: U, args: &Args, stop: &AtomicBool) -> Result<(), F
     };
     let (port, mut qps) =
         Port::new(cfg).map_err(|e| Failure::Usage(vhu_examples::error_chain(&e)))?;
-    let mut dp = DataPlane::new(uplink, args.burst);
+    let mut dp = DataPlane::new(uplink, on_features, args.burst);
     let res = dp.run(args, &port, &mut qps, stop);
     drop(port);
     print_counters(&qps, &dp);
     res.map_err(|e| Failure::Runtime(format!("data plane: {e}")))
 }
 
-/// Counters of the work done here (not by the library or the uplink).
-#[derive(Debug, Default, Clone, Copy)]
-struct PatchCounters {
-    /// Guest TX super-frames (GSO) seen.
-    tx_gso: u64,
-    /// Guest TX frames whose checksum was completed here.
-    tx_sw_csum: u64,
-    /// Guest TX super-frames segmented here.
-    tx_sw_segmented: u64,
-    /// Segments those made.
-    tx_sw_segments: u64,
-    /// Guest TX frames dropped: the uplink's buffers stayed full.
-    tx_full: u64,
-    /// Guest TX frames dropped: larger than the uplink takes.
-    tx_too_large: u64,
-    /// Guest TX frames dropped: malformed offload metadata or headers.
-    tx_offload_errors: u64,
+/// The data plane of one port and one uplink.
+struct DataPlane<U> {
+    uplink: U,
+    on_features: OnFeatures<U>,
+    burst: usize,
+    /// The software offload fallback, both directions.
+    fwd: Forwarder,
+    /// Guest TX → uplink.
+    tx: ForwardCounters,
+    /// Uplink → guest RX.
+    rx: ForwardCounters,
     /// Uplink `tx_flush` errors.
     tx_flush_errors: u64,
-    /// Uplink super-frames handed to the guest as such.
-    rx_gso: u64,
-    /// Uplink frames whose checksum was completed here for the guest.
-    rx_sw_csum: u64,
-    /// Uplink super-frames segmented here for the guest.
-    rx_sw_segmented: u64,
-    /// Segments those made.
-    rx_sw_segments: u64,
-    /// Uplink frames dropped: malformed offload metadata or headers.
-    rx_offload_errors: u64,
     /// Uplink frames dropped because no guest RX ring ran.
     rx_no_guest: u64,
     /// Uplink `rx_burst` errors.
     rx_errors: u64,
-}
-
-/// A host byte slice as a [`FrameSource`].
-struct Bytes<'a>(&'a [u8]);
-
-impl FrameSource for Bytes<'_> {
-    fn frame_len(&self) -> usize {
-        self.0.len()
-    }
-    fn copy_into(&self, w: &mut FrameWriter<'_, '_>) {
-        w.write(self.0);
-    }
-}
-
-/// The data plane of one port and one uplink.
-struct DataPlane<U> {
-    uplink: U,
-    burst: usize,
-    /// Software offloads (scratch allocated once).
-    seg: Segmenter,
-    /// A whole frame copied out of guest memory or the uplink, for software
-    /// offloads.
-    scratch: Vec<u8>,
     /// The acked feature set last applied.
     acked: u64,
-    /// What the guest accepts on receive (`GUEST_*` bits of `acked`).
-    guest_accepts: u64,
-    counters: PatchCounters,
     /// Frames are waiting for guest RX buffers.
     rx_blocked: bool,
 }
 
-impl<U: Attached> DataPlane<U> {
-    fn new(uplink: U, burst: usize) -> Self {
+impl<U: Uplink> DataPlane<U> {
+    fn new(uplink: U, on_features: OnFeatures<U>, burst: usize) -> Self {
         Self {
             uplink,
+            on_features,
             burst,
-            seg: Segmenter::new(),
-            scratch: vec![0; Segmenter::DEFAULT_CAPACITY],
+            fwd: Forwarder::new(),
+            tx: ForwardCounters::default(),
+            rx: ForwardCounters::default(),
+            tx_flush_errors: 0,
+            rx_no_guest: 0,
+            rx_errors: 0,
             acked: 0,
-            guest_accepts: 0,
-            counters: PatchCounters::default(),
             rx_blocked: false,
         }
     }
@@ -485,15 +442,14 @@ impl<U: Attached> DataPlane<U> {
     #[cold]
     fn apply_features(&mut self, port: &Port, acked: u64) {
         self.acked = acked;
-        self.guest_accepts = acked & GUEST_OFFLOADS;
         if acked != 0 {
             tracing::info!(
                 "port {}: guest acked features {acked:#x} (receive offloads {:#x})",
                 port.name(),
-                self.guest_accepts
+                acked & GUEST_OFFLOADS
             );
         }
-        self.uplink.guest_features(acked);
+        (self.on_features)(&mut self.uplink, acked);
     }
 
     fn run(
@@ -511,17 +467,16 @@ impl<U: Attached> DataPlane<U> {
         for qp in qps.iter_mut() {
             poller.add(qp)?;
         }
-        let adaptive = args.poll == PollMode::Adaptive;
-        if adaptive {
-            // Only a poller that sleeps watches the uplink: a watched
-            // socket makes the kernel wake its wait queue (a locked, IRQ-
-            // saving call) for every transmitted frame it frees, about 6 %
-            // of the kernel's per-frame work on AF_XDP and AF_PACKET.
+        let mode = match args.poll {
+            PollMode::Busy => poll::PollMode::Busy,
+            PollMode::Adaptive => poll::PollMode::Adaptive,
+        };
+        if mode.sleeps() {
+            // Only a poller that sleeps watches the uplink (see
+            // `PollMode::sleeps`).
             poller.add_fd(self.uplink.rx_fd(), TOKEN_UPLINK)?;
         }
-        let idle = Duration::from_micros(args.idle_us);
-        let mut last_work = Instant::now();
-        let mut nap = NAP_MIN;
+        let mut poll = PollLoop::new(mode, Duration::from_micros(args.idle_us));
         while !stop.load(Ordering::Relaxed) {
             // One atomic load: the port mirrors the acked set lock-free.
             self.refresh_features(port);
@@ -530,48 +485,7 @@ impl<U: Attached> DataPlane<U> {
                 moved += self.guest_to_uplink(qp);
                 moved += self.uplink_to_guest(qp);
             }
-            if moved > 0 {
-                last_work = Instant::now();
-                nap = NAP_MIN;
-                continue;
-            }
-            if !adaptive {
-                for qp in qps.iter_mut() {
-                    qp.tx.disable_notifications();
-                    qp.rx.disable_notifications();
-                }
-                std::hint::spin_loop();
-                continue;
-            }
-            if last_work.elapsed() < idle {
-                continue;
-            }
-            // Idle: ask for kicks and sleep unless something slipped in
-            // meanwhile.
-            let mut pending = false;
-            for qp in qps.iter_mut() {
-                pending |= qp.tx.enable_notifications();
-                if qp.rx.is_running() && qp.rx.available(1) == 0 {
-                    pending |= qp.rx.enable_notifications();
-                }
-            }
-            if pending {
-                last_work = Instant::now();
-            } else if self.rx_blocked {
-                // The uplink's descriptor may stay readable while its frames
-                // wait for guest buffers, so epoll would not sleep: nap, a
-                // little longer each time, without spinning in between.
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(NAP_MAX);
-            } else {
-                poller.wait(Some(SLEEP_MAX))?;
-                // Woken by work (or the timeout): poll for a while again.
-                last_work = Instant::now();
-            }
-            for qp in qps.iter_mut() {
-                qp.tx.disable_notifications();
-                qp.rx.disable_notifications();
-            }
+            poll.round(moved, self.rx_blocked, qps, &mut poller)?;
         }
         Ok(())
     }
@@ -580,39 +494,25 @@ impl<U: Attached> DataPlane<U> {
     fn guest_to_uplink(&mut self, qp: &mut QueuePair) -> usize {
         let Self {
             uplink,
-            seg,
-            scratch,
-            counters: c,
+            fwd,
+            tx: c,
             burst,
             ..
         } = self;
+        let mut sink = UplinkSink::new(uplink);
         let n = qp.tx.recv_burst(*burst, |frame| {
             let hdr = *frame.hdr();
-            if hdr.is_gso() {
-                c.tx_gso += 1;
-            }
-            match push_retry(uplink, &hdr, &*frame) {
-                Ok(()) => {}
-                Err(DropReason::OffloadUnsupported) => {
-                    tx_in_software(uplink, seg, scratch, c, &hdr, frame)
-                }
-                Err(DropReason::NoBuffers) => {
-                    c.tx_full += 1;
-                    uplink.tx_drop(DropReason::NoBuffers);
-                }
-                Err(DropReason::TooLong) => c.tx_too_large += 1,
-                // Counted by the uplink.
-                Err(_) => {}
-            }
+            // A drop is counted by the uplink (and in `c`).
+            let _ = fwd.forward(c, &hdr, &*frame, &mut sink);
         });
         if n > 0 {
-            if let Err(e) = uplink.tx_flush() {
-                c.tx_flush_errors += 1;
-                if c.tx_flush_errors.is_power_of_two() {
+            if let Err(e) = sink.flush() {
+                self.tx_flush_errors += 1;
+                if self.tx_flush_errors.is_power_of_two() {
                     tracing::warn!(
                         "uplink {}: tx: flush failed ({} times so far): {e}",
-                        uplink.name(),
-                        c.tx_flush_errors
+                        self.uplink.name(),
+                        self.tx_flush_errors
                     );
                 }
             }
@@ -627,8 +527,8 @@ impl<U: Attached> DataPlane<U> {
             // No guest to take them: drain, so that the uplink's descriptor
             // does not keep an adaptive poller awake.
             self.rx_blocked = false;
-            let c = &mut self.counters;
-            let r = self.uplink.rx_burst(burst, &mut |_, _| c.rx_no_guest += 1);
+            let n = &mut self.rx_no_guest;
+            let r = self.uplink.rx_burst(burst, &mut |_, _| *n += 1);
             return self.rx_result(r);
         }
         let avail = qp.rx.available(MAX_RX_AVAIL);
@@ -645,53 +545,12 @@ impl<U: Attached> DataPlane<U> {
         };
         let max = (avail / per_frame).clamp(1, burst);
         let Self {
-            uplink,
-            seg,
-            scratch,
-            counters: c,
-            guest_accepts,
-            ..
+            uplink, fwd, rx: c, ..
         } = self;
-        let accepts = *guest_accepts;
         let mut rx = qp.rx.burst();
         let r = uplink.rx_burst(max, &mut |hdr, bytes| {
-            if offload::fits(hdr, accepts) {
-                match rx.push(hdr, bytes) {
-                    Ok(()) => {
-                        if hdr.is_gso() {
-                            c.rx_gso += 1;
-                        }
-                        return;
-                    }
-                    // The guest changed its features under us: take the
-                    // software path below (the drop is already counted).
-                    Err(DropReason::OffloadUnsupported) => {}
-                    Err(_) => return,
-                }
-            }
-            let Some(buf) = scratch.get_mut(..bytes.len()) else {
-                c.rx_offload_errors += 1;
-                return;
-            };
-            buf.copy_from_slice(bytes);
-            let gso = hdr.is_gso();
-            // A frame that fitted the features we knew was refused: the
-            // guest renegotiated, so assume it takes no offloads.
-            let accepts = if offload::fits(hdr, accepts) {
-                0
-            } else {
-                accepts
-            };
-            match offload::lend_within(hdr, buf, accepts, seg, &mut |h, s| {
-                let _ = rx.push(h, s);
-            }) {
-                Ok(n) if gso => {
-                    c.rx_sw_segmented += 1;
-                    c.rx_sw_segments += n as u64;
-                }
-                Ok(_) => c.rx_sw_csum += 1,
-                Err(_) => c.rx_offload_errors += 1,
-            }
+            // A drop is counted by the guest's RX queue (and in `c`).
+            let _ = fwd.forward(c, hdr, &bytes, &mut rx);
         });
         drop(rx);
         self.rx_result(r)
@@ -701,103 +560,17 @@ impl<U: Attached> DataPlane<U> {
         match r {
             Ok(n) => n,
             Err(e) => {
-                let c = &mut self.counters;
-                c.rx_errors += 1;
-                if c.rx_errors.is_power_of_two() {
+                self.rx_errors += 1;
+                if self.rx_errors.is_power_of_two() {
                     tracing::warn!(
                         "uplink {}: rx: {e} ({} errors so far)",
                         self.uplink.name(),
-                        c.rx_errors
+                        self.rx_errors
                     );
                 }
                 0
             }
         }
-    }
-}
-
-/// `tx_push`, flushing and retrying while the uplink's buffers are full.
-fn push_retry<U: Uplink>(
-    uplink: &mut U,
-    hdr: &VirtioNetHdr,
-    frame: &dyn FrameSource,
-) -> Result<(), DropReason> {
-    match uplink.tx_push(hdr, frame) {
-        Err(DropReason::NoBuffers) => {}
-        r => return r,
-    }
-    for _ in 0..FULL_RETRIES {
-        let _ = uplink.tx_flush();
-        match uplink.tx_push(hdr, frame) {
-            Err(DropReason::NoBuffers) => std::hint::spin_loop(),
-            r => return r,
-        }
-    }
-    Err(DropReason::NoBuffers)
-}
-
-/// Counts a frame `push_retry` could not hand over (once: in the uplink's
-/// counters for reasons it does not count itself, and in ours).
-fn count_push_failure<U: Uplink>(uplink: &mut U, c: &mut PatchCounters, r: DropReason) {
-    match r {
-        DropReason::NoBuffers => {
-            c.tx_full += 1;
-            uplink.tx_drop(r);
-        }
-        DropReason::OffloadUnsupported => {
-            c.tx_offload_errors += 1;
-            uplink.tx_drop(r);
-        }
-        DropReason::TooLong => c.tx_too_large += 1,
-        _ => {}
-    }
-}
-
-/// A guest frame the uplink refused for its offload metadata: copy it out,
-/// complete its checksum or segment it, and push the result as plain frames.
-fn tx_in_software<U: Uplink>(
-    uplink: &mut U,
-    seg: &mut Segmenter,
-    scratch: &mut [u8],
-    c: &mut PatchCounters,
-    hdr: &VirtioNetHdr,
-    frame: &TxFrame<'_>,
-) {
-    let len = frame.len();
-    let Some(buf) = scratch.get_mut(..len) else {
-        c.tx_too_large += 1;
-        return;
-    };
-    if frame.copy_to(0, buf) != len {
-        c.tx_offload_errors += 1;
-        return;
-    }
-    let plain = VirtioNetHdr::default();
-    if hdr.is_gso() {
-        let mut segments = 0u64;
-        let res = seg.segment(hdr, buf, &mut |s| {
-            match push_retry(uplink, &plain, &Bytes(s)) {
-                Ok(()) => segments += 1,
-                Err(r) => count_push_failure(uplink, c, r),
-            }
-            true
-        });
-        match res {
-            Ok(_) => {
-                c.tx_sw_segmented += 1;
-                c.tx_sw_segments += segments;
-            }
-            Err(_) => c.tx_offload_errors += 1,
-        }
-        return;
-    }
-    if offload::complete_checksum(hdr, buf).is_err() {
-        c.tx_offload_errors += 1;
-        return;
-    }
-    match push_retry(uplink, &plain, &Bytes(buf)) {
-        Ok(()) => c.tx_sw_csum += 1,
-        Err(r) => count_push_failure(uplink, c, r),
     }
 }
 
@@ -814,25 +587,25 @@ fn print_counters<U: Uplink>(qps: &[QueuePair], dp: &DataPlane<U>) {
         u.tx_bytes,
         u.tx_dropped()
     );
-    let c = &dp.counters;
+    let (tx, rx) = (&dp.tx, &dp.rx);
     println!(
         "patch tx_gso={} tx_sw_csum={} tx_sw_segmented={} tx_sw_segments={} tx_full={} \
          tx_too_large={} tx_offload_errors={} tx_flush_errors={} rx_gso={} rx_sw_csum={} \
          rx_sw_segmented={} rx_sw_segments={} rx_offload_errors={} rx_no_guest={} rx_errors={}",
-        c.tx_gso,
-        c.tx_sw_csum,
-        c.tx_sw_segmented,
-        c.tx_sw_segments,
-        c.tx_full,
-        c.tx_too_large,
-        c.tx_offload_errors,
-        c.tx_flush_errors,
-        c.rx_gso,
-        c.rx_sw_csum,
-        c.rx_sw_segmented,
-        c.rx_sw_segments,
-        c.rx_offload_errors,
-        c.rx_no_guest,
-        c.rx_errors
+        tx.gso,
+        tx.sw_csum,
+        tx.sw_segmented,
+        tx.sw_segments,
+        tx.full,
+        tx.too_large,
+        tx.offload_errors,
+        dp.tx_flush_errors,
+        rx.gso_passed,
+        rx.sw_csum,
+        rx.sw_segmented,
+        rx.sw_segments,
+        rx.offload_errors,
+        dp.rx_no_guest,
+        dp.rx_errors
     );
 }

@@ -16,7 +16,10 @@
 //! |---|---|
 //! | [`port`] | the socket (server or client role), connection lifecycle, reset and reconnect |
 //! | `control` | the vhost-user request handler; validates every message |
-//! | [`queue`] | the burst API ([`TxQueue::recv_burst`], [`RxQueue::burst`]) and the control/data hand-off |
+//! | [`queue`] | the burst API ([`TxQueue::recv_burst`], [`RxQueue::burst`]), the frame-copy trait ([`FrameSource`]) and the control/data hand-off |
+//! | [`poll`] | how a data-plane thread waits: [`Poller`] and the busy/adaptive/interrupt [`PollLoop`] |
+//! | [`sink`] | the one destination trait, [`Sink`]: guest RX bursts and uplinks ([`UplinkSink`]) |
+//! | [`forward`] | one frame into any sink, with the software offload fallback ([`Forwarder`]) |
 //! | `ring` | the split-ring engine over guest memory (most `unsafe` lives here) |
 //! | [`device`] | offered features, offloads, what an acked set means |
 //! | [`io`] | uplinks (AF_XDP, AF_PACKET, TAP) behind one trait, software offload fallbacks |
@@ -60,20 +63,26 @@
 
 mod control;
 pub mod device;
+pub mod forward;
 pub mod io;
 pub mod net_hdr;
+pub mod poll;
 pub mod port;
 pub mod queue;
 mod ring;
+pub mod sink;
 pub mod stats;
 pub mod sys;
 #[cfg(feature = "test-utils")]
 pub mod test_utils;
 
 pub use device::{Offloads, MAX_QUEUE_PAIRS};
+pub use forward::{ForwardCounters, Forwarder};
 pub use net_hdr::VirtioNetHdr;
+pub use poll::{PollLoop, PollMode, Poller, Token};
 pub use port::{Backoff, Port, PortConfig, PortError, SocketRole};
 pub use queue::{
-    copy_frame, FrameSource, FrameWriter, Poller, QueuePair, RxBurst, RxQueue, TxFrame, TxQueue,
+    copy_frame, FrameSource, FrameWriter, QueuePair, RxBurst, RxQueue, TxFrame, TxQueue,
 };
+pub use sink::{Sink, UplinkSink};
 pub use stats::{DropReason, QueueCounters};

@@ -11,7 +11,10 @@
 //! Each uplink states which offloads it accepts with a frame and which it
 //! may produce ([`UplinkOffloads`]); the software fallbacks in [`offload`]
 //! complete checksums and segment super-frames for destinations that lack
-//! them.
+//! them. A forwarding loop sees an uplink's transmit side as a
+//! [`Sink`](crate::sink::Sink), like a guest's RX queue
+//! ([`UplinkSink`](crate::sink::UplinkSink)), and calls
+//! [`Forwarder::forward`](crate::forward::Forwarder::forward) for each frame.
 //!
 //! Frames lost on the way are counted by [`DropReason`], as the guest
 //! queues count theirs ([`UplinkCounters`]).
@@ -134,6 +137,15 @@ pub trait Uplink: Send {
 
     /// The offloads this uplink handles.
     fn offloads(&self) -> UplinkOffloads;
+
+    /// The guest this uplink serves acked a new feature set (0: no guest
+    /// any more). An uplink whose kernel side can be told which receive
+    /// offloads to produce (TAP: `TUNSETOFFLOAD`) adjusts
+    /// [`UplinkOffloads::rx`] to what the guest takes; the default does
+    /// nothing. Not for the hot path: call it when the acked set changes.
+    fn guest_features(&mut self, acked: u64) {
+        let _ = acked;
+    }
 
     /// Counters since creation.
     fn counters(&self) -> UplinkCounters;

@@ -209,10 +209,28 @@ pub const MAX_CHAIN_SEGS: usize = 256;
 pub const MAX_RX_FRAME_SEGS: usize = 1024;
 
 /// One guest buffer, translated and bounds-checked.
+///
+/// Invariant: `hva..hva + len` lies inside a mapped region of the snapshot
+/// the ring parser translated it from. Only the parsers (this module's
+/// children) build one, so the fields are private to `ring`.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Seg {
-    pub hva: usize,
-    pub len: u32,
+    hva: usize,
+    len: u32,
+}
+
+impl Seg {
+    /// The buffer's host address.
+    #[inline(always)]
+    pub(crate) const fn hva(self) -> usize {
+        self.hva
+    }
+
+    /// The buffer's length in bytes.
+    #[inline(always)]
+    pub(crate) const fn len(self) -> u32 {
+        self.len
+    }
 }
 
 /// A fixed-capacity list of segments, allocated once per queue.
@@ -344,7 +362,7 @@ unsafe fn read_desc_words(p: usize) -> (u64, u64) {
 pub(crate) fn copy_from_segs(segs: &[Seg], mut offset: usize, dst: &mut [u8]) -> usize {
     let mut done = 0;
     for s in segs {
-        let len = s.len as usize;
+        let len = s.len() as usize;
         if offset >= len {
             offset -= len;
             continue;
@@ -355,7 +373,11 @@ pub(crate) fn copy_from_segs(segs: &[Seg], mut offset: usize, dst: &mut [u8]) ->
         // n <= len`; `dst[done..done + n]` is in bounds. Source and
         // destination cannot overlap (guest memory is never a Rust slice).
         unsafe {
-            copy_bytes(dst.as_mut_ptr().add(done), (s.hva + offset) as *const u8, n);
+            copy_bytes(
+                dst.as_mut_ptr().add(done),
+                (s.hva() + offset) as *const u8,
+                n,
+            );
         }
         done += n;
         offset = 0;
@@ -372,13 +394,13 @@ pub(crate) fn copy_from_segs(segs: &[Seg], mut offset: usize, dst: &mut [u8]) ->
 #[inline]
 pub(crate) fn read_hdr(segs: &[Seg], len: usize) -> VirtioNetHdr {
     if let Some(s) = segs.first() {
-        if s.len as usize >= 12 {
+        if s.len() as usize >= 12 {
             // SAFETY: the first buffer is checked guest memory (module
             // invariant) of at least 12 bytes.
             let (lo, hi) = unsafe {
                 (
-                    std::ptr::read_unaligned(s.hva as *const u64),
-                    std::ptr::read_unaligned((s.hva + 8) as *const u32),
+                    std::ptr::read_unaligned(s.hva() as *const u64),
+                    std::ptr::read_unaligned((s.hva() + 8) as *const u32),
                 )
             };
             return VirtioNetHdr::from_words(u64::from_le(lo), u32::from_le(hi), len);
@@ -413,17 +435,21 @@ impl<'a> SegWriter<'a> {
         self.written
     }
 
-    /// Copies `len` bytes from `src` (a host address readable for `len`
-    /// bytes: a host slice, or a guest buffer checked by the ring parser).
-    /// Returns the bytes copied (fewer when the buffers are full).
+    /// Copies `len` bytes from host address `src`. Returns the bytes copied
+    /// (fewer when the buffers are full).
+    ///
+    /// # Safety
+    /// `src..src + len` must be readable for the duration of the call: a
+    /// host slice, or a guest buffer checked by the ring parser whose memory
+    /// snapshot is alive.
     #[inline]
-    fn write_raw(&mut self, mut src: usize, mut len: usize) -> usize {
+    unsafe fn write_raw(&mut self, mut src: usize, mut len: usize) -> usize {
         let start = self.written;
         while len > 0 {
             let Some(s) = self.segs.get(self.idx) else {
                 break;
             };
-            let room = s.len as usize - self.off;
+            let room = s.len() as usize - self.off;
             if room == 0 {
                 self.idx += 1;
                 self.off = 0;
@@ -431,12 +457,12 @@ impl<'a> SegWriter<'a> {
             }
             let n = room.min(len);
             // SAFETY: the destination is a checked guest buffer (module
-            // invariant) with `off + n <= s.len`; the source is readable for
+            // invariant) with `off + n <= s.len()`; the source is readable for
             // `len >= n` bytes per this function's contract. `copy` (not
             // `copy_nonoverlapping`) because a hostile guest may make a TX
             // buffer alias an RX buffer.
             unsafe {
-                copy_bytes((s.hva + self.off) as *mut u8, src as *const u8, n);
+                copy_bytes((s.hva() + self.off) as *mut u8, src as *const u8, n);
             }
             self.off += n;
             self.written += n;
@@ -452,16 +478,19 @@ impl<'a> SegWriter<'a> {
     pub(crate) fn write_hdr(&mut self, h: &VirtioNetHdr, len: usize) -> usize {
         if self.written == 0 {
             if let Some(s) = self.segs.first() {
-                if s.len as usize >= 12 {
+                if s.len() as usize >= 12 {
                     let (lo, hi) = h.to_words();
                     // SAFETY: the first buffer is checked guest memory
                     // (module invariant) of at least 12 bytes.
                     unsafe {
-                        std::ptr::write_unaligned(s.hva as *mut u64, lo.to_le());
+                        std::ptr::write_unaligned(s.hva() as *mut u64, lo.to_le());
                         if len >= 12 {
-                            std::ptr::write_unaligned((s.hva + 8) as *mut u32, hi.to_le());
+                            std::ptr::write_unaligned((s.hva() + 8) as *mut u32, hi.to_le());
                         } else {
-                            std::ptr::write_unaligned((s.hva + 8) as *mut u16, (hi as u16).to_le());
+                            std::ptr::write_unaligned(
+                                (s.hva() + 8) as *mut u16,
+                                (hi as u16).to_le(),
+                            );
                         }
                     }
                     self.off = len;
@@ -476,7 +505,8 @@ impl<'a> SegWriter<'a> {
     /// Copies a host slice into the buffers.
     #[inline]
     pub(crate) fn write(&mut self, src: &[u8]) -> usize {
-        self.write_raw(src.as_ptr() as usize, src.len())
+        // SAFETY: a slice is readable for its whole length.
+        unsafe { self.write_raw(src.as_ptr() as usize, src.len()) }
     }
 
     /// Copies `len` bytes of guest buffers `src`, starting `offset` bytes in.
@@ -492,13 +522,15 @@ impl<'a> SegWriter<'a> {
             if len == 0 {
                 break;
             }
-            let slen = s.len as usize;
+            let slen = s.len() as usize;
             if offset >= slen {
                 offset -= slen;
                 continue;
             }
             let n = (slen - offset).min(len);
-            let done = self.write_raw(s.hva + offset, n);
+            // SAFETY: `s` is a checked guest buffer whose snapshot is alive
+            // (module invariant) and `offset + n <= s.len()`.
+            let done = unsafe { self.write_raw(s.hva() + offset, n) };
             len -= done;
             offset = 0;
             if done < n {

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The packet-burst API over one port's virtqueues, and the hand-off of ring
+//! configurations from the control plane.
+//!
+//! | file | question it answers |
+//! |---|---|
+//! | `handoff` | how a ring configuration reaches the data plane ([`ACK_TIMEOUT`]; see below) |
+//! | `tx` | how frames come out of the guest ([`TxQueue`], [`TxFrame`], [`HEAD_LEN`]) |
+//! | `rx` | how frames go into the guest ([`RxQueue`], [`RxBurst`], [`MAX_RX_CHAINS`]) |
+//! | `frame` | how a frame is copied, once ([`FrameSource`], [`FrameWriter`], [`copy_frame`]) |
+//!
+//! How a data-plane thread sleeps and wakes is [`crate::poll`]'s question
+//! ([`Poller`] is re-exported here).
+//!
+//! # Hand-off
+//!
+//! The control plane publishes ring configurations; the data plane picks
+//! them up at burst boundaries with one atomic load, so no lock is taken per
+//! packet (the design is written at the top of `queue/handoff.rs`).
+//!
+//! Every [`RxQueue`] and [`TxQueue`] handed out must be polled (or dropped):
+//! a queue that is never polled makes the control plane wait for its
+//! acknowledgement (up to [`ACK_TIMEOUT`]) on every ring change.
+
+use std::sync::Arc;
+
+use vmm_sys_util::epoll::Epoll;
+
+use crate::ring::{UsedId, MAX_CHAIN_SEGS, MAX_RX_FRAME_SEGS};
+
+/// The methods [`RxQueue`] and [`TxQueue`] share, over their `vring` and
+/// `index` fields.
+macro_rules! queue_accessors {
+    ($queue:ty) => {
+        impl $queue {
+            /// The queue pair index.
+            pub fn index(&self) -> u16 {
+                self.index
+            }
+
+            /// Whether the ring is running (the frontend started and
+            /// enabled it).
+            pub fn is_running(&mut self) -> bool {
+                self.vring.sync();
+                self.vring.ring.is_some()
+            }
+
+            /// This queue's counters.
+            pub fn counters(&self) -> $crate::stats::QueueCounters {
+                self.vring.shared.stats.snapshot()
+            }
+        }
+    };
+}
+
+mod frame;
+mod handoff;
+mod rx;
+mod tx;
+
+pub use frame::{copy_frame, FrameSource, FrameWriter};
+use handoff::Vring;
+pub use handoff::ACK_TIMEOUT;
+pub(crate) use handoff::{RingConfig, VringShared};
+pub use rx::{RxBurst, RxQueue, MAX_RX_CHAINS};
+pub use tx::{TxFrame, TxQueue, HEAD_LEN};
+
+pub use crate::poll::Poller;
+
+/// One queue pair of a port: `rx` is the guest's receive queue (vring
+/// `2 * index`), `tx` its transmit queue (vring `2 * index + 1`).
+#[derive(Debug)]
+pub struct QueuePair {
+    /// Frames into the guest.
+    pub rx: RxQueue,
+    /// Frames from the guest.
+    pub tx: TxQueue,
+}
+
+impl QueuePair {
+    pub(crate) fn new(index: u16, rx: Arc<VringShared>, tx: Arc<VringShared>) -> Self {
+        Self {
+            rx: RxQueue {
+                vring: Vring::new(rx, MAX_RX_FRAME_SEGS),
+                index,
+                chains: vec![(UsedId::new(0, 0), 0); MAX_RX_CHAINS].into_boxed_slice(),
+            },
+            tx: TxQueue {
+                vring: Vring::new(tx, MAX_CHAIN_SEGS),
+                index,
+            },
+        }
+    }
+
+    /// The queue pair's index within its port.
+    pub fn index(&self) -> u16 {
+        self.rx.index
+    }
+
+    /// Registers both queues' kick and wake eventfds with a poller's epoll
+    /// instance (see [`Poller::add`]).
+    pub(crate) fn attach_poller(&mut self, epoll: &Arc<Epoll>) -> std::io::Result<()> {
+        self.rx.vring.attach_poller(Arc::clone(epoll))?;
+        self.tx.vring.attach_poller(Arc::clone(epoll))
+    }
+}

@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The RX side: frames copied into the guest's receive buffers in bursts
+//! ([`RxQueue::burst`], [`RxBurst::push`]), with mergeable buffers when a
+//! frame spans several, rolled back when it cannot be completed.
+
+use crate::device::{bits, Negotiated, MAX_FRAME_LEN};
+use crate::net_hdr::{self, VirtioNetHdr};
+use crate::ring::{Popped, SegWriter, UsedId};
+use crate::stats::DropReason;
+
+use super::frame::{FrameSource, FrameWriter};
+use super::handoff::Vring;
+use crate::sink::{Sink, GUEST_OFFLOADS};
+
+/// Most RX chains one frame may span with mergeable buffers.
+pub const MAX_RX_CHAINS: usize = 256;
+
+/// A guest's receive queue: frames flow from the caller into the guest.
+#[derive(Debug)]
+pub struct RxQueue {
+    pub(super) vring: Vring,
+    pub(super) index: u16,
+    /// (id, length) of each buffer of the frame being written.
+    pub(super) chains: Box<[(UsedId, u32)]>,
+}
+
+queue_accessors!(RxQueue);
+
+impl RxQueue {
+    /// Starts a burst of frames into the guest. Used entries are published
+    /// and the guest is notified (if it asked) when the burst is dropped.
+    pub fn burst(&mut self) -> RxBurst<'_> {
+        self.vring.sync();
+        RxBurst { q: self }
+    }
+
+    /// RX buffers the guest has posted and we have not used, counting at
+    /// most `max` (for packed rings an upper bound: a buffer may take
+    /// several descriptors).
+    pub fn available(&mut self, max: usize) -> usize {
+        self.vring.sync();
+        self.vring.ring.as_mut().map_or(0, |r| r.count_avail(max))
+    }
+
+    /// Asks the guest to kick when it posts buffers; returns true if
+    /// buffers arrived meanwhile.
+    pub fn enable_notifications(&mut self) -> bool {
+        self.vring.enable_notifications()
+    }
+
+    /// Tells the guest not to kick.
+    pub fn disable_notifications(&mut self) {
+        self.vring.disable_notifications()
+    }
+}
+
+/// A burst of frames into a guest's RX queue; see [`RxQueue::burst`].
+#[derive(Debug)]
+pub struct RxBurst<'q> {
+    q: &'q mut RxQueue,
+}
+
+impl RxBurst<'_> {
+    /// Copies one frame with its offload metadata into the guest's RX
+    /// buffers (several, with mergeable RX buffers, when it does not fit in
+    /// one). `hdr.num_buffers` is ignored: the device sets it.
+    ///
+    /// # Errors
+    /// The frame is dropped and counted, and the reason returned, when the
+    /// ring is not running or has too few buffers (`NoBuffers`), the frame
+    /// does not fit (`TooLong`), the guest did not ack the offload the header
+    /// asks for (`OffloadUnsupported`), or the guest's buffers are malformed.
+    ///
+    /// Hot path: no allocation, no lock, no syscall.
+    pub fn push<S: FrameSource + ?Sized>(
+        &mut self,
+        hdr: &VirtioNetHdr,
+        frame: &S,
+    ) -> Result<(), DropReason> {
+        let res = self.push_inner(hdr, frame);
+        match res {
+            Ok(bytes) => {
+                self.q.vring.counters.packets += 1;
+                self.q.vring.counters.bytes += bytes as u64;
+                Ok(())
+            }
+            Err(r) => {
+                self.q.vring.counters.drop(r);
+                Err(r)
+            }
+        }
+    }
+
+    fn push_inner<S: FrameSource + ?Sized>(
+        &mut self,
+        hdr: &VirtioNetHdr,
+        frame: &S,
+    ) -> Result<usize, DropReason> {
+        let q = &mut *self.q;
+        let v = &mut q.vring;
+        let (Some(ring), Some(cfg)) = (&mut v.ring, &v.cfg) else {
+            return Err(DropReason::NoBuffers);
+        };
+        let features = cfg.features;
+        check_offloads(hdr, features)?;
+        let flen = frame.frame_len();
+        if flen == 0 {
+            return Err(DropReason::TooShort);
+        }
+        if flen > MAX_FRAME_LEN {
+            return Err(DropReason::TooLong);
+        }
+        let hdr_len = features.hdr_len();
+        let need = hdr_len + flen;
+        let mrg = features.mrg_rxbuf();
+
+        // Reserve chains until the frame fits.
+        v.segs.clear();
+        let mark = ring.mark();
+        let mut nchains = 0usize;
+        let mut cap = 0usize;
+        while cap < need {
+            if nchains == q.chains.len() {
+                ring.rollback(mark);
+                return Err(DropReason::TooLong);
+            }
+            let segs_before = v.segs.len();
+            match ring.next_chain(true, &mut v.segs) {
+                Popped::Empty => {
+                    ring.rollback(mark);
+                    return Err(DropReason::NoBuffers);
+                }
+                // Out of room in our own segment list, not a bad chain:
+                // leave every buffer to the guest.
+                Popped::Bad(_, DropReason::TooManySegments) if segs_before > 0 => {
+                    ring.rollback(mark);
+                    return Err(DropReason::TooLong);
+                }
+                Popped::Chain(used, len) => {
+                    q.chains[nchains] = (used, len);
+                    nchains += 1;
+                    cap += len as usize;
+                }
+                Popped::Bad(used, reason) => {
+                    // The bad buffer is consumed; the good ones reserved for
+                    // this frame go back unused, and the frame is dropped.
+                    for &(u, _) in &q.chains[..nchains] {
+                        ring.push_used(u, 0, true);
+                    }
+                    if let Some(u) = used {
+                        ring.push_used(u, 0, true);
+                    }
+                    return Err(reason);
+                }
+            }
+            if !mrg {
+                break;
+            }
+        }
+        if cap < need {
+            // Without mergeable buffers the frame must fit one buffer; leave
+            // it for a smaller frame.
+            ring.rollback(mark);
+            return Err(DropReason::TooLong);
+        }
+
+        let mut h = *hdr;
+        h.num_buffers = nchains as u16;
+        if features.acked & bits::GUEST_CSUM == 0 {
+            h.flags &= !net_hdr::F_DATA_VALID;
+        }
+        let mut w = SegWriter::new(v.segs.as_slice());
+        w.write_hdr(&h, hdr_len);
+        frame.copy_into(&mut FrameWriter::guest(&mut w));
+        let mut remaining = w.written();
+        let bytes = remaining.saturating_sub(hdr_len);
+        for &(u, len) in &q.chains[..nchains] {
+            let l = remaining.min(len as usize);
+            ring.push_used(u, l as u32, true);
+            remaining -= l;
+        }
+        Ok(bytes)
+    }
+}
+
+/// Whether the receiving guest acked what the header asks of it.
+#[inline]
+fn check_offloads(hdr: &VirtioNetHdr, f: Negotiated) -> Result<(), DropReason> {
+    if hdr.needs_csum() && !f.has(bits::GUEST_CSUM) {
+        return Err(DropReason::OffloadUnsupported);
+    }
+    if hdr.is_gso() {
+        let need = match hdr.gso_type & !net_hdr::GSO_ECN {
+            net_hdr::GSO_TCPV4 => bits::GUEST_TSO4,
+            net_hdr::GSO_TCPV6 => bits::GUEST_TSO6,
+            net_hdr::GSO_UDP => bits::GUEST_UFO,
+            _ => return Err(DropReason::OffloadUnsupported),
+        };
+        if !f.has(need) || (hdr.gso_type & net_hdr::GSO_ECN != 0 && !f.has(bits::GUEST_ECN)) {
+            return Err(DropReason::OffloadUnsupported);
+        }
+    }
+    Ok(())
+}
+
+impl Drop for RxBurst<'_> {
+    fn drop(&mut self) {
+        self.q.vring.finish_burst();
+    }
+}
+
+impl RxBurst<'_> {
+    /// The offloads the guest takes in a frame's header (`GUEST_*` bits of
+    /// its acked features, [`crate::sink::GUEST_OFFLOADS`]); 0 when the ring
+    /// is not running.
+    #[inline]
+    pub fn accepts(&self) -> u64 {
+        self.q
+            .vring
+            .cfg
+            .as_ref()
+            .map_or(0, |c| c.features.acked & GUEST_OFFLOADS)
+    }
+
+    /// Publishes the used entries so far and notifies the guest if it wants
+    /// it (dropping the burst does the same).
+    #[inline]
+    pub fn flush(&mut self) {
+        self.q.vring.finish_burst();
+    }
+}
+
+impl Sink for RxBurst<'_> {
+    /// [`RxBurst::push`], except that `OffloadUnsupported` is returned
+    /// uncounted (the [`Sink`] contract).
+    #[inline]
+    fn push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), DropReason> {
+        match self.push_inner(hdr, frame) {
+            Ok(bytes) => {
+                self.q.vring.counters.packets += 1;
+                self.q.vring.counters.bytes += bytes as u64;
+                Ok(())
+            }
+            Err(DropReason::OffloadUnsupported) => Err(DropReason::OffloadUnsupported),
+            Err(r) => {
+                self.q.vring.counters.drop(r);
+                Err(r)
+            }
+        }
+    }
+
+    #[inline]
+    fn flush(&mut self) -> std::io::Result<()> {
+        RxBurst::flush(self);
+        Ok(())
+    }
+
+    #[inline]
+    fn accepts(&self) -> u64 {
+        RxBurst::accepts(self)
+    }
+
+    fn drop_frame(&mut self, reason: DropReason) {
+        self.q.vring.counters.drop(reason);
+    }
+}

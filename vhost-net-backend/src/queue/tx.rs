@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The TX side: frames the guest transmitted, dequeued in bursts
+//! ([`TxQueue::recv_burst`]) and lent to the caller as [`TxFrame`]s whose
+//! head is a private copy and whose rest stays in guest memory.
+
+use super::frame::{FrameSource, FrameWriter};
+use super::handoff::Vring;
+use crate::net_hdr::{self, VirtioNetHdr};
+use crate::ring::{copy_from_segs, read_hdr, Popped, Seg};
+use crate::stats::DropReason;
+
+/// Bytes of the start of each guest TX frame copied into a private buffer,
+/// so that forwarding decisions (MACs, VLAN, EtherType, L3/L4 headers for
+/// offloads) are taken on bytes the guest cannot change under us.
+pub const HEAD_LEN: usize = 64;
+
+/// A guest's transmit queue: frames flow from the guest to the caller.
+#[derive(Debug)]
+pub struct TxQueue {
+    pub(super) vring: Vring,
+    pub(super) index: u16,
+}
+
+queue_accessors!(TxQueue);
+
+/// A frame the guest transmitted, lent to the caller of
+/// [`TxQueue::recv_burst`] for the duration of its callback.
+///
+/// The first [`HEAD_LEN`] bytes are a private copy (see [`TxFrame::head`]);
+/// the rest stays in guest memory and is copied exactly once, by
+/// [`TxFrame::copy_to`] or by passing the frame to [`RxBurst::push`](super::RxBurst::push).
+#[derive(Debug)]
+pub struct TxFrame<'a> {
+    hdr: VirtioNetHdr,
+    len: usize,
+    head: [u8; HEAD_LEN],
+    head_len: usize,
+    segs: &'a [Seg],
+    /// Offset of the frame's first byte in `segs` (the virtio-net header
+    /// length).
+    data_off: usize,
+}
+
+impl TxFrame<'_> {
+    /// The frame's offload metadata, copied out of guest memory.
+    pub fn hdr(&self) -> &VirtioNetHdr {
+        &self.hdr
+    }
+
+    /// Mutable offload metadata (what an [`RxBurst::push`](super::RxBurst::push) of this frame
+    /// takes is the caller's argument, not this; provided for filters).
+    pub fn hdr_mut(&mut self) -> &mut VirtioNetHdr {
+        &mut self.hdr
+    }
+
+    /// Length of the frame (Ethernet header included, virtio-net header
+    /// excluded).
+    #[allow(clippy::len_without_is_empty)] // frames are never empty
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A private copy of the first `min(len, HEAD_LEN)` bytes: the guest
+    /// cannot change them under a forwarding decision.
+    pub fn head(&self) -> &[u8] {
+        &self.head[..self.head_len]
+    }
+
+    /// The private head, mutable: whatever is changed here is what copies of
+    /// the frame see (e.g. a MAC rewrite or VLAN edit costs no extra copy).
+    pub fn head_mut(&mut self) -> &mut [u8] {
+        &mut self.head[..self.head_len]
+    }
+
+    /// Copies frame bytes from `offset` into `dst`; returns the number
+    /// copied (`min(dst.len(), len - offset)`).
+    pub fn copy_to(&self, offset: usize, dst: &mut [u8]) -> usize {
+        let mut done = 0;
+        if offset < self.head_len {
+            let n = (self.head_len - offset).min(dst.len());
+            dst[..n].copy_from_slice(&self.head[offset..offset + n]);
+            done = n;
+        }
+        let pos = offset + done;
+        if pos < self.len && done < dst.len() {
+            let want = (self.len - pos).min(dst.len() - done);
+            done += copy_from_segs(self.segs, self.data_off + pos, &mut dst[done..done + want]);
+        }
+        done
+    }
+}
+
+impl FrameSource for TxFrame<'_> {
+    fn frame_len(&self) -> usize {
+        self.len
+    }
+    fn copy_into(&self, w: &mut FrameWriter<'_, '_>) {
+        w.write(&self.head[..self.head_len]);
+        if self.len > self.head_len {
+            w.write_from_segs(
+                self.segs,
+                self.data_off + self.head_len,
+                self.len - self.head_len,
+            );
+        }
+    }
+}
+
+impl TxQueue {
+    /// Dequeues up to `max` frames the guest transmitted, calling `f` for
+    /// each; returns how many frames were dequeued (including dropped
+    /// ones). Used entries are published and the guest is notified (if it
+    /// asked) once, at the end of the burst.
+    ///
+    /// Malformed chains are returned to the guest unprocessed and counted.
+    ///
+    /// Hot path: no allocation, no lock, no syscall except at most one
+    /// eventfd write per burst.
+    pub fn recv_burst<F>(&mut self, max: usize, mut f: F) -> usize
+    where
+        F: FnMut(&mut TxFrame<'_>),
+    {
+        let v = &mut self.vring;
+        v.sync();
+        let Some(ring) = &mut v.ring else {
+            return 0;
+        };
+        let Some(cfg) = &v.cfg else {
+            return 0;
+        };
+        let hdr_len = cfg.features.hdr_len();
+        let max_frame = cfg.max_frame;
+        let mut n = 0;
+        while n < max {
+            v.segs.clear();
+            let (used, total) = match ring.next_chain(false, &mut v.segs) {
+                Popped::Empty => break,
+                Popped::Chain(used, total) => (used, total as usize),
+                Popped::Bad(used, reason) => {
+                    n += 1;
+                    v.counters.drop(reason);
+                    if let Some(u) = used {
+                        ring.push_used(u, 0, false);
+                    }
+                    continue;
+                }
+            };
+            n += 1;
+            if total <= hdr_len {
+                v.counters.drop(DropReason::TooShort);
+            } else if total - hdr_len > max_frame {
+                v.counters.drop(DropReason::TooLong);
+            } else {
+                let segs = v.segs.as_slice();
+                let len = total - hdr_len;
+                let mut hdr = read_hdr(segs, hdr_len);
+                // Drivers must not set DATA_VALID (or RSC_INFO) on TX, and
+                // `num_buffers` means nothing there: a guest cannot make
+                // another guest skip checksum validation.
+                hdr.flags &= net_hdr::F_NEEDS_CSUM;
+                hdr.num_buffers = 0;
+                let mut frame = TxFrame {
+                    hdr,
+                    len,
+                    head: [0; HEAD_LEN],
+                    head_len: len.min(HEAD_LEN),
+                    segs,
+                    data_off: hdr_len,
+                };
+                copy_from_segs(segs, hdr_len, &mut frame.head[..frame.head_len]);
+                f(&mut frame);
+                v.counters.packets += 1;
+                v.counters.bytes += len as u64;
+            }
+            ring.push_used(used, 0, false);
+        }
+        v.finish_burst();
+        n
+    }
+
+    /// Frames waiting in the ring (reads the driver's index).
+    pub fn pending(&mut self) -> usize {
+        self.vring.sync();
+        self.vring
+            .ring
+            .as_mut()
+            .map_or(0, |r| r.count_avail(usize::from(u16::MAX)))
+    }
+
+    /// Asks the guest to kick when it transmits; returns true if frames
+    /// arrived meanwhile (then do not sleep).
+    pub fn enable_notifications(&mut self) -> bool {
+        self.vring.enable_notifications()
+    }
+
+    /// Tells the guest not to kick (while polling).
+    pub fn disable_notifications(&mut self) {
+        self.vring.disable_notifications()
+    }
+}
