@@ -21,6 +21,7 @@
 //! | [`device`] | offered features, offloads, what an acked set means |
 //! | [`io`] | uplinks (AF_XDP, AF_PACKET, TAP) behind one trait, software offload fallbacks |
 //! | [`net_hdr`] | `virtio_net_hdr` |
+//! | [`wire`] | Ethernet, VLAN, IPv4, IPv6, TCP, UDP: checked views over host copies of frame bytes, the Internet checksum |
 //! | [`stats`] | per-queue counters and drop reasons |
 //!
 //! ## Example: an echo device
@@ -67,6 +68,7 @@ pub mod queue;
 mod ring;
 pub mod stats;
 pub mod sys;
+pub mod wire;
 /// Guest doubles for benches and fuzzing (feature `test-utils`).
 #[cfg(feature = "test-utils")]
 pub mod testing {
