@@ -20,11 +20,14 @@
 //! | [`poll`] | how a data-plane thread waits: [`Poller`] and the busy/adaptive/interrupt [`PollLoop`] |
 //! | [`sink`] | the one destination trait, [`Sink`]: guest RX bursts and uplinks ([`UplinkSink`]) |
 //! | [`forward`] | one frame into any sink, with the software offload fallback ([`Forwarder`]) |
-//! | `ring` | the split-ring engine over guest memory (most `unsafe` lives here) |
+//! | `ring` | the split and packed ring engine over guest memory (with `sys`, the only `unsafe`) |
 //! | [`device`] | offered features, offloads, what an acked set means |
-//! | [`io`] | uplinks (AF_XDP, AF_PACKET, TAP) behind one trait, software offload fallbacks |
+//! | [`io`] | uplinks (AF_XDP, AF_PACKET, TAP) behind one trait; the software offload fallbacks ([`io::offload`]) |
+//! | [`sys`] | the syscall layer: sockets, mmap, netdev, AF_PACKET, AF_XDP, BPF, TUN, Unix paths of any length |
 //! | [`net_hdr`] | `virtio_net_hdr` |
-//! | [`stats`] | per-queue counters and drop reasons |
+//! | [`wire`] | Ethernet, VLAN, IPv4, IPv6, TCP, UDP: checked views over host copies of frame bytes, the Internet checksum |
+//! | [`stats`] | counters, and the one drop vocabulary ([`DropReason`]) |
+//! | `test_utils` | (feature `test-utils`) the in-process virtio-net driver and loopback guest |
 //!
 //! ## Example: an echo device
 //!
@@ -73,6 +76,8 @@ mod ring;
 pub mod sink;
 pub mod stats;
 pub mod sys;
+pub mod wire;
+/// Guest doubles for tests, benches and fuzzing (feature `test-utils`).
 #[cfg(feature = "test-utils")]
 pub mod test_utils;
 

@@ -165,7 +165,9 @@ impl Port {
             Some(m) if m < 68 => return Err(PortError::Mtu(m)),
             // MTU plus Ethernet and VLAN headers; GSO super-frames (with
             // TSO offered) may be larger.
-            Some(m) if cfg.offloads.bits() & device::bits::HOST_TSO4 == 0 => usize::from(m) + 18,
+            Some(m) if cfg.offloads.bits() & device::bits::HOST_TSO4 == 0 => {
+                usize::from(m) + crate::wire::ETH_HLEN + crate::wire::VLAN_HLEN
+            }
             _ => MAX_FRAME_LEN,
         };
         let nvrings = usize::from(cfg.queue_pairs) * 2;
