@@ -240,7 +240,7 @@ fn main() -> ExitCode {
     // The uplink first: a bad interface fails before a socket appears.
     let res = match &args.uplink {
         UplinkSpec::AfXdp(ifname) => {
-            open_af_xdp(ifname, &args).and_then(|u| serve(u, guest_features, &args, &stop))
+            open_af_xdp(ifname, &args).and_then(|u| serve(u, &args, &stop))
         }
         UplinkSpec::AfPacket(ifname) => match AfPacket::open(
             ifname,
@@ -262,7 +262,7 @@ fn main() -> ExitCode {
                         ""
                     }
                 );
-                serve(u, guest_features, &args, &stop)
+                serve(u, &args, &stop)
             }
             Err(e) => Err(Failure::Uplink(vhu_examples::error_chain(&e))),
         },
@@ -275,7 +275,7 @@ fn main() -> ExitCode {
         ) {
             Ok(u) => {
                 tracing::info!("uplink {}: opened", u.name());
-                serve(u, tap_features, &args, &stop)
+                serve(u, &args, &stop)
             }
             Err(e) => Err(Failure::Uplink(vhu_examples::error_chain(&e))),
         },
@@ -341,34 +341,8 @@ fn open_af_xdp(ifname: &str, args: &Args) -> Result<AfXdp, Failure> {
     Ok(x)
 }
 
-/// Tells an uplink which features the guest acked (0: no guest).
-type OnFeatures<U> = fn(&mut U, u64);
-
-/// [`Uplink::guest_features`], for uplinks whose implementation is the
-/// library's.
-fn guest_features<U: Uplink>(u: &mut U, acked: u64) {
-    u.guest_features(acked);
-}
-
-/// TAP: the kernel hands over only the receive offloads the guest acked.
-fn tap_features(tap: &mut Tap, acked: u64) {
-    match tap.set_offloads(acked) {
-        Ok(()) => tracing::info!(
-            "uplink {}: receive offloads set to rx={:#x}",
-            tap.name(),
-            tap.offloads().rx
-        ),
-        Err(e) => tracing::warn!("uplink {}: {}", tap.name(), vhu_examples::error_chain(&e)),
-    }
-}
-
 /// Creates the port, runs the data plane until a signal, prints counters.
-fn serve<U: Uplink>(
-    uplink: U,
-    on_features: OnFeatures<U>,
-    args: &Args,
-    stop: &AtomicBool,
-) -> Result<(), Failure> {
+fn serve<U: Uplink>(uplink: U, args: &Args, stop: &AtomicBool) -> Result<(), Failure> {
     let mut cfg = PortConfig::new("patch", &args.socket);
     cfg.role = if args.client {
         SocketRole::Client
@@ -383,7 +357,7 @@ fn serve<U: Uplink>(
     };
     let (port, mut qps) =
         Port::new(cfg).map_err(|e| Failure::Usage(vhu_examples::error_chain(&e)))?;
-    let mut dp = DataPlane::new(uplink, on_features, args.burst);
+    let mut dp = DataPlane::new(uplink, args.burst);
     let res = dp.run(args, &port, &mut qps, stop);
     drop(port);
     print_counters(&qps, &dp);
@@ -393,7 +367,6 @@ fn serve<U: Uplink>(
 /// The data plane of one port and one uplink.
 struct DataPlane<U> {
     uplink: U,
-    on_features: OnFeatures<U>,
     burst: usize,
     /// The software offload fallback, both directions.
     fwd: Forwarder,
@@ -414,10 +387,9 @@ struct DataPlane<U> {
 }
 
 impl<U: Uplink> DataPlane<U> {
-    fn new(uplink: U, on_features: OnFeatures<U>, burst: usize) -> Self {
+    fn new(uplink: U, burst: usize) -> Self {
         Self {
             uplink,
-            on_features,
             burst,
             fwd: Forwarder::new(),
             tx: ForwardCounters::default(),
@@ -449,7 +421,7 @@ impl<U: Uplink> DataPlane<U> {
                 acked & GUEST_OFFLOADS
             );
         }
-        (self.on_features)(&mut self.uplink, acked);
+        self.uplink.guest_features(acked);
     }
 
     fn run(

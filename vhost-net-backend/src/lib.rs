@@ -76,10 +76,9 @@ mod ring;
 pub mod sink;
 pub mod stats;
 pub mod sys;
-pub mod wire;
-/// Guest doubles for tests, benches and fuzzing (feature `test-utils`).
 #[cfg(feature = "test-utils")]
 pub mod test_utils;
+pub mod wire;
 
 pub use device::{Offloads, MAX_QUEUE_PAIRS};
 pub use forward::{ForwardCounters, Forwarder};

@@ -49,6 +49,7 @@ use crate::queue::{copy_frame, FrameSource};
 use crate::stats::{DropCounts, DropReason};
 use crate::sys::netdev::{self, IfName, IFNAME_RULE};
 use crate::sys::tun;
+use crate::wire::{ETH_HLEN, VLAN_HLEN};
 
 /// The TUN/TAP clone device.
 const TUN_PATH: &str = "/dev/net/tun";
@@ -56,7 +57,7 @@ const TUN_PATH: &str = "/dev/net/tun";
 const VNET_LEN: usize = net_hdr::MAX_HDR_LEN;
 /// Largest frame the kernel hands to a TAP: a 64 KiB super-frame
 /// (`GSO_LEGACY_MAX_SIZE`, headers included) plus a re-inserted VLAN tag.
-const MAX_RX_FRAME: usize = 65_536 + 4;
+const MAX_RX_FRAME: usize = 65_536 + VLAN_HLEN;
 /// Largest frame taken on transmit.
 const MAX_TX_FRAME: usize = crate::device::MAX_FRAME_LEN;
 /// Offloads the kernel takes on transmit.
@@ -287,7 +288,7 @@ impl Uplink for Tap {
                 }
             };
             reads += 1;
-            if n < VNET_LEN + 14 {
+            if n < VNET_LEN + ETH_HLEN {
                 drops.add(DropReason::TooShort, 1);
                 continue;
             }
@@ -358,6 +359,28 @@ impl Uplink for Tap {
     /// Nothing to do: `tx_push` writes each frame at once.
     fn tx_flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+
+    /// The kernel hands over only the receive offloads the guest acked
+    /// ([`Tap::set_offloads`]).
+    fn guest_features(&mut self, acked: u64) {
+        match self.set_offloads(acked) {
+            Ok(()) => tracing::info!(
+                "uplink {}: receive offloads set to rx={:#x}",
+                self.name,
+                self.rx_offloads
+            ),
+            Err(e) => {
+                let mut msg = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    msg.push_str(": ");
+                    msg.push_str(&s.to_string());
+                    src = s.source();
+                }
+                tracing::warn!("uplink {}: {msg}", self.name);
+            }
+        }
     }
 
     fn rx_fd(&self) -> RawFd {

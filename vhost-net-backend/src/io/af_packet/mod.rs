@@ -84,6 +84,7 @@ use crate::stats::{DropCounts, DropReason};
 use crate::sys::mmap::{self, Mmap};
 use crate::sys::netdev::{self, IfName};
 use crate::sys::{packet, socket};
+use crate::wire::{ETH_ALEN, ETH_P_8021Q, VLAN_HLEN};
 
 mod config;
 mod ring;
@@ -115,12 +116,8 @@ const BLOCK_STATUS_OFF: usize = 8;
 const BLOCK_BODY_OFF: usize = BLOCK_STATUS_OFF + 4;
 /// The `virtio_net_hdr` the kernel writes before each received frame.
 const RX_VNET_LEN: usize = 10;
-/// A frame's VLAN tag.
-const VLAN_HLEN: usize = 4;
 /// Ethernet destination + source address.
-const ETH_ALEN2: usize = 12;
-/// The 802.1Q tag protocol identifier.
-const ETH_P_8021Q: u16 = 0x8100;
+const ETH_ALEN2: usize = 2 * ETH_ALEN;
 
 // ===== native-endian header access =====
 //
@@ -728,6 +725,7 @@ impl Uplink for AfPacket {
 mod tests {
     use super::*;
     use crate::net_hdr::{F_NEEDS_CSUM, GSO_ECN, GSO_TCPV4};
+    use crate::wire::ETH_P_8021AD;
 
     #[test]
     fn layout_matches_the_kernel() {
@@ -772,7 +770,7 @@ mod tests {
             hdr_len: 54,
             ..Default::default()
         };
-        let begin = restore_vlan_tag(&mut body, start, 0x88a8, 0x2064, &mut hdr);
+        let begin = restore_vlan_tag(&mut body, start, ETH_P_8021AD, 0x2064, &mut hdr);
         assert_eq!(begin, start - 4);
         let mut want = frame[..12].to_vec();
         want.extend_from_slice(&[0x88, 0xa8, 0x20, 0x64]);

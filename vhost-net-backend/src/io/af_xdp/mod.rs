@@ -141,17 +141,15 @@ use crate::queue::{copy_frame, FrameSource};
 use crate::stats::DropReason;
 use crate::sys::netdev;
 use crate::sys::xdp;
+use crate::wire::{ETH_HLEN, VLAN_HLEN};
 
 /// Slots in the XSKMAP, i.e. the highest RX queue index + 1 a program can
 /// serve. 1024 covers every NIC's channel count; each slot is one pointer
 /// in the kernel.
 pub const XSKMAP_ENTRIES: u32 = 1024;
 
-/// Ethernet header length: the shortest frame we transmit.
-const ETH_HLEN: usize = 14;
-
 /// Ethernet header plus one VLAN tag: what a frame may add to the MTU.
-const L2_OVERHEAD: u32 = 14 + 4;
+const L2_OVERHEAD: u32 = (ETH_HLEN + VLAN_HLEN) as u32;
 
 /// The TX budget the kernel applies per `sendto` in copy mode when we
 /// cannot raise it (`TX_BATCH_SIZE`).
