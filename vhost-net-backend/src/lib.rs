@@ -86,7 +86,7 @@ pub use net_hdr::VirtioNetHdr;
 pub use poll::{PollLoop, PollMode, Poller, Token};
 pub use port::{Backoff, Port, PortConfig, PortError, SocketRole};
 pub use queue::{
-    copy_frame, FrameSource, FrameWriter, QueuePair, RxBurst, RxQueue, TxFrame, TxQueue,
+    copy_frame, FrameSource, FrameWriter, QueuePair, RxBurst, RxQueue, Spliced, TxFrame, TxQueue,
 };
 pub use sink::{Sink, UplinkSink};
 pub use stats::{DropReason, QueueCounters};

@@ -117,6 +117,22 @@ impl VirtioNetHdr {
     pub const fn needs_csum(&self) -> bool {
         self.flags & F_NEEDS_CSUM != 0
     }
+
+    /// The header of the same frame with `delta` bytes inserted (positive)
+    /// or removed (negative) before its L3 header, as when an 802.1Q tag is
+    /// pushed or popped: `csum_start` (when a checksum is pending) and the
+    /// `hdr_len` hint move with the headers.
+    #[must_use]
+    pub fn shifted(&self, delta: i16) -> Self {
+        let mut h = *self;
+        if h.needs_csum() {
+            h.csum_start = h.csum_start.saturating_add_signed(delta);
+        }
+        if h.hdr_len != 0 {
+            h.hdr_len = h.hdr_len.saturating_add_signed(delta);
+        }
+        h
+    }
 }
 
 #[cfg(test)]

@@ -88,6 +88,10 @@ pub trait FrameSource {
     fn frame_len(&self) -> usize;
     /// Writes exactly `frame_len()` bytes, in order.
     fn copy_into(&self, w: &mut FrameWriter<'_, '_>);
+    /// Writes the bytes from offset `from` (at most `frame_len()`) to the
+    /// end, in order: what follows new leading bytes in a [`Spliced`]
+    /// frame.
+    fn copy_tail_into(&self, from: usize, w: &mut FrameWriter<'_, '_>);
 }
 
 impl FrameSource for [u8] {
@@ -96,6 +100,76 @@ impl FrameSource for [u8] {
     }
     fn copy_into(&self, w: &mut FrameWriter<'_, '_>) {
         w.write(self);
+    }
+    fn copy_tail_into(&self, from: usize, w: &mut FrameWriter<'_, '_>) {
+        w.write(self.get(from..).unwrap_or_default());
+    }
+}
+
+/// Most leading bytes a [`Spliced`] frame replaces: two MAC addresses and
+/// one 802.1Q tag.
+pub const MAX_SPLICE_LEAD: usize = 16;
+
+/// A frame made of new leading bytes followed by the tail of another
+/// frame, copied in the same single pass: how a switch pushes, pops or
+/// rewrites an 802.1Q tag on the way from one guest's buffers into
+/// another's without a second copy.
+///
+/// Pushing a tag: the lead is the 12 address bytes and the 4-byte tag,
+/// the tail starts at 12. Popping: the lead is the 12 address bytes, the
+/// tail starts at 16. Adjust the virtio-net header with
+/// [`VirtioNetHdr::shifted`](crate::VirtioNetHdr::shifted).
+#[derive(Debug, Clone, Copy)]
+pub struct Spliced<'a> {
+    lead: [u8; MAX_SPLICE_LEAD],
+    lead_len: usize,
+    src: &'a dyn FrameSource,
+    from: usize,
+}
+
+impl std::fmt::Debug for dyn FrameSource + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FrameSource({} bytes)", self.frame_len())
+    }
+}
+
+impl<'a> Spliced<'a> {
+    /// `lead`, then `src` from byte `from`. `None` when `lead` is longer
+    /// than [`MAX_SPLICE_LEAD`] or `from` beyond the source.
+    #[inline]
+    pub fn new(lead: &[u8], src: &'a dyn FrameSource, from: usize) -> Option<Self> {
+        if lead.len() > MAX_SPLICE_LEAD || from > src.frame_len() {
+            return None;
+        }
+        let mut l = [0u8; MAX_SPLICE_LEAD];
+        l[..lead.len()].copy_from_slice(lead);
+        Some(Self {
+            lead: l,
+            lead_len: lead.len(),
+            src,
+            from,
+        })
+    }
+}
+
+impl FrameSource for Spliced<'_> {
+    #[inline]
+    fn frame_len(&self) -> usize {
+        self.lead_len + self.src.frame_len() - self.from
+    }
+    #[inline]
+    fn copy_into(&self, w: &mut FrameWriter<'_, '_>) {
+        w.write(&self.lead[..self.lead_len]);
+        self.src.copy_tail_into(self.from, w);
+    }
+    fn copy_tail_into(&self, from: usize, w: &mut FrameWriter<'_, '_>) {
+        if from < self.lead_len {
+            w.write(&self.lead[from..self.lead_len]);
+            self.src.copy_tail_into(self.from, w);
+        } else {
+            self.src
+                .copy_tail_into(self.from + (from - self.lead_len), w);
+        }
     }
 }
 
@@ -110,6 +184,10 @@ impl<T: FrameSource + ?Sized> FrameSource for &T {
     fn copy_into(&self, w: &mut FrameWriter<'_, '_>) {
         (**self).copy_into(w);
     }
+    #[inline]
+    fn copy_tail_into(&self, from: usize, w: &mut FrameWriter<'_, '_>) {
+        (**self).copy_tail_into(from, w);
+    }
 }
 
 impl<const N: usize> FrameSource for [u8; N] {
@@ -119,6 +197,9 @@ impl<const N: usize> FrameSource for [u8; N] {
     fn copy_into(&self, w: &mut FrameWriter<'_, '_>) {
         w.write(self);
     }
+    fn copy_tail_into(&self, from: usize, w: &mut FrameWriter<'_, '_>) {
+        self.as_slice().copy_tail_into(from, w);
+    }
 }
 
 impl FrameSource for Vec<u8> {
@@ -127,5 +208,43 @@ impl FrameSource for Vec<u8> {
     }
     fn copy_into(&self, w: &mut FrameWriter<'_, '_>) {
         w.write(self);
+    }
+    fn copy_tail_into(&self, from: usize, w: &mut FrameWriter<'_, '_>) {
+        self.as_slice().copy_tail_into(from, w);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(src: &dyn FrameSource) -> Vec<u8> {
+        let mut v = vec![0u8; src.frame_len()];
+        assert_eq!(copy_frame(src, &mut v), v.len());
+        v
+    }
+
+    #[test]
+    fn spliced_frames_push_and_pop_tags() {
+        let frame: Vec<u8> = (0..40u8).collect();
+        // Push: addresses, a tag, then the rest from the EtherType on.
+        let mut lead = frame[..12].to_vec();
+        lead.extend_from_slice(&[0x81, 0x00, 0x00, 0x0a]);
+        let pushed = Spliced::new(&lead, &frame, 12).unwrap();
+        let p = bytes(&pushed);
+        assert_eq!(p.len(), 44);
+        assert_eq!(&p[..16], &lead[..]);
+        assert_eq!(&p[16..], &frame[12..]);
+        // Pop it again, from the spliced frame itself.
+        let popped = Spliced::new(&p[..12], &pushed, 16).unwrap();
+        assert_eq!(bytes(&popped), frame);
+        // Tails of a spliced frame, inside and after the lead.
+        let mut out = vec![0u8; 64];
+        let mut w = FrameWriter::host(&mut out);
+        pushed.copy_tail_into(14, &mut w);
+        let n = w.written();
+        assert_eq!(&out[..n], &p[14..]);
+        assert!(Spliced::new(&[0; 17], &frame, 0).is_none());
+        assert!(Spliced::new(&[], &frame, 41).is_none());
     }
 }

@@ -58,7 +58,7 @@ mod handoff;
 mod rx;
 mod tx;
 
-pub use frame::{copy_frame, FrameSource, FrameWriter};
+pub use frame::{copy_frame, FrameSource, FrameWriter, Spliced, MAX_SPLICE_LEAD};
 use handoff::Vring;
 pub use handoff::ACK_TIMEOUT;
 pub(crate) use handoff::{RingConfig, VringShared};

@@ -77,26 +77,55 @@ impl RxBurst<'_> {
         hdr: &VirtioNetHdr,
         frame: &S,
     ) -> Result<(), DropReason> {
-        let res = self.push_inner(hdr, frame);
-        match res {
+        self.q.push_counted(hdr, frame, false)
+    }
+}
+
+impl RxQueue {
+    /// The offloads the guest takes in a frame's header (`GUEST_*` bits of
+    /// its acked features, [`crate::sink::GUEST_OFFLOADS`]); 0 when the ring
+    /// is not running.
+    #[inline]
+    pub fn accepts(&self) -> u64 {
+        self.vring
+            .cfg
+            .as_ref()
+            .map_or(0, |c| c.features.acked & GUEST_OFFLOADS)
+    }
+
+    /// [`RxQueue::push_inner`] and the counting: a drop is counted, except
+    /// `OffloadUnsupported` when `offload_uncounted` (the [`Sink`] contract).
+    #[inline]
+    fn push_counted<S: FrameSource + ?Sized>(
+        &mut self,
+        hdr: &VirtioNetHdr,
+        frame: &S,
+        offload_uncounted: bool,
+    ) -> Result<(), DropReason> {
+        match self.push_inner(hdr, frame) {
             Ok(bytes) => {
-                self.q.vring.counters.packets += 1;
-                self.q.vring.counters.bytes += bytes as u64;
+                self.vring.counters.packets += 1;
+                self.vring.counters.bytes += bytes as u64;
                 Ok(())
             }
+            Err(DropReason::OffloadUnsupported) if offload_uncounted => {
+                Err(DropReason::OffloadUnsupported)
+            }
             Err(r) => {
-                self.q.vring.counters.drop(r);
+                self.vring.counters.drop(r);
                 Err(r)
             }
         }
     }
 
+    /// Reserves RX chains for one frame and copies it in (see
+    /// [`RxBurst::push`]); counts nothing.
     fn push_inner<S: FrameSource + ?Sized>(
         &mut self,
         hdr: &VirtioNetHdr,
         frame: &S,
     ) -> Result<usize, DropReason> {
-        let q = &mut *self.q;
+        let q = self;
         let v = &mut q.vring;
         let (Some(ring), Some(cfg)) = (&mut v.ring, &v.cfg) else {
             return Err(DropReason::NoBuffers);
@@ -215,11 +244,7 @@ impl RxBurst<'_> {
     /// is not running.
     #[inline]
     pub fn accepts(&self) -> u64 {
-        self.q
-            .vring
-            .cfg
-            .as_ref()
-            .map_or(0, |c| c.features.acked & GUEST_OFFLOADS)
+        self.q.accepts()
     }
 
     /// Publishes the used entries so far and notifies the guest if it wants
@@ -235,18 +260,7 @@ impl Sink for RxBurst<'_> {
     /// uncounted (the [`Sink`] contract).
     #[inline]
     fn push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), DropReason> {
-        match self.push_inner(hdr, frame) {
-            Ok(bytes) => {
-                self.q.vring.counters.packets += 1;
-                self.q.vring.counters.bytes += bytes as u64;
-                Ok(())
-            }
-            Err(DropReason::OffloadUnsupported) => Err(DropReason::OffloadUnsupported),
-            Err(r) => {
-                self.q.vring.counters.drop(r);
-                Err(r)
-            }
-        }
+        self.q.push_counted(hdr, frame, true)
     }
 
     #[inline]
@@ -262,5 +276,32 @@ impl Sink for RxBurst<'_> {
 
     fn drop_frame(&mut self, reason: DropReason) {
         self.q.vring.counters.drop(reason);
+    }
+}
+
+/// A guest RX queue as a [`Sink`] that lives across bursts (a switch keeps
+/// one per destination port): each push picks up a ring change first (one
+/// atomic load), and [`Sink::flush`] publishes the used entries and notifies
+/// the guest, once per burst, as dropping an [`RxBurst`] does.
+impl Sink for RxQueue {
+    #[inline]
+    fn push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), DropReason> {
+        self.vring.sync();
+        self.push_counted(hdr, frame, true)
+    }
+
+    #[inline]
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.vring.finish_burst();
+        Ok(())
+    }
+
+    #[inline]
+    fn accepts(&self) -> u64 {
+        RxQueue::accepts(self)
+    }
+
+    fn drop_frame(&mut self, reason: DropReason) {
+        self.vring.counters.drop(reason);
     }
 }

@@ -104,6 +104,17 @@ impl FrameSource for TxFrame<'_> {
             );
         }
     }
+    /// The head from the private copy, the rest from guest memory.
+    fn copy_tail_into(&self, from: usize, w: &mut FrameWriter<'_, '_>) {
+        let from = from.min(self.len);
+        if from < self.head_len {
+            w.write(&self.head[from..self.head_len]);
+        }
+        let rest = from.max(self.head_len);
+        if self.len > rest {
+            w.write_from_segs(self.segs, self.data_off + rest, self.len - rest);
+        }
+    }
 }
 
 impl TxQueue {

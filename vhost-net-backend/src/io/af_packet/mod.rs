@@ -446,12 +446,7 @@ fn restore_vlan_tag(
     let tag = begin + ETH_ALEN2;
     body[tag..tag + 2].copy_from_slice(&tpid.to_be_bytes());
     body[tag + 2..tag + 4].copy_from_slice(&tci.to_be_bytes());
-    if hdr.needs_csum() {
-        hdr.csum_start = hdr.csum_start.saturating_add(VLAN_HLEN as u16);
-    }
-    if hdr.hdr_len != 0 {
-        hdr.hdr_len = hdr.hdr_len.saturating_add(VLAN_HLEN as u16);
-    }
+    *hdr = hdr.shifted(VLAN_HLEN as i16);
     begin
 }
 
