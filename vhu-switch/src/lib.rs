@@ -19,8 +19,16 @@
 //! | [`capture`] | a port's capture point (free when off) and the pcapng stream it feeds |
 //! | [`api`] | the control API on a Unix socket: HTTP/1.1, routes, handlers |
 //!
+//! Around it, the daemon:
+//!
+//! | module | question it answers |
+//! |---|---|
+//! | [`endpoint`] | a validated port object -> a vhost-user port or an uplink (what the host refuses is a 409/422) |
+//! | [`pmd`] | the PMD thread: source burst -> head parse -> decide -> one copy per destination -> flush |
+//! | [`switch`] | the port table, the FDB, persistence: what the API's handlers call |
+//!
 //! `decide` never touches guest memory or a destination; destinations never
-//! see the FDB.
+//! see the FDB; the PMD loop is the only place that knows both.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -28,9 +36,12 @@ pub mod api;
 pub mod capture;
 pub mod config;
 pub mod decide;
+pub mod endpoint;
 pub mod fdb;
 pub mod metrics;
 pub mod persist;
+pub mod pmd;
+pub mod switch;
 pub mod vlan;
 
 /// A port's index in the switch's port table (dense, reused after a port is

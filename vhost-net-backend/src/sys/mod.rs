@@ -13,6 +13,7 @@
 //! | `bpf.rs` | the `bpf()` commands: map create/update, program load, link create, program info |
 //! | `tun.rs` | the TUN/TAP ioctls |
 //! | `thread.rs` | CPU affinity |
+//! | `tsc.rs` | the time-stamp counter, for busy/idle cycle accounting |
 //! | `unix.rs` | Unix stream sockets at paths of any length (through the directory when longer than `sun_path`) |
 //!
 //! This module and `ring/` are the only places that opt into `unsafe`.
@@ -29,12 +30,14 @@ pub(crate) mod netdev;
 pub(crate) mod packet;
 pub(crate) mod socket;
 mod thread;
+mod tsc;
 pub(crate) mod tun;
 pub mod unix;
 pub(crate) mod xdp;
 
 pub(crate) use socket::peek;
 pub use thread::pin_current_thread;
+pub use tsc::tsc;
 
 /// Converts a `-1`-on-error return value into `io::Result`.
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {

@@ -5,3 +5,4 @@
 pub mod http;
 pub mod openapi;
 pub mod routes;
+pub mod server;

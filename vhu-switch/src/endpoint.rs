@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! Turning a validated [`PortSpec`] into the things that move its frames:
+//! a vhost-user [`Port`] and its queue pairs, or an uplink (AF_XDP,
+//! AF_PACKET, TAP). What the host refuses (no such interface, a socket
+//! served by another process, an unknown user) comes back as a
+//! [`Refusal`] with the API's status.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig};
+use vhost_net_backend::io::af_xdp::{self, AfXdp, AfXdpConfig};
+use vhost_net_backend::io::tap::{Tap, TapConfig};
+use vhost_net_backend::io::Uplink;
+use vhost_net_backend::{Offloads, Port, PortConfig, PortError, QueuePair, SocketRole};
+use vhu_api::{PortKind, PortSpec, Role, ZeroCopy};
+
+use crate::api::routes::Refusal;
+use crate::config::socket_path;
+
+/// What moves a port's frames, handed to its PMD thread.
+pub enum End {
+    /// A vhost-user port's queue pairs.
+    Guest(Vec<QueuePair>),
+    /// An uplink.
+    Uplink(Box<dyn Uplink>),
+}
+
+impl std::fmt::Debug for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            End::Guest(q) => write!(f, "Guest({} queue pairs)", q.len()),
+            End::Uplink(u) => write!(f, "Uplink({})", u.name()),
+        }
+    }
+}
+
+/// What the control plane keeps of a port.
+#[derive(Debug)]
+pub enum Handle {
+    /// The vhost-user port (its control thread and socket) and the socket's
+    /// path.
+    Guest(Port, PathBuf),
+    /// An uplink: its interface.
+    Uplink(String),
+}
+
+/// An error and its sources, `: `-separated.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// Builds a port's endpoint.
+///
+/// # Errors
+/// 409 when its socket is served by another process, 422 for what else the
+/// host refuses, 500 for resource failures.
+pub fn build(spec: &PortSpec, socket_dir: &Path) -> Result<(End, Handle), Refusal> {
+    let who = format!("port {:?}", spec.name);
+    match spec.kind {
+        PortKind::VhostUser => guest(spec, socket_dir),
+        kind => {
+            if spec.queues() != 1 {
+                return Err(Refusal::invalid(format!(
+                    "{who}: queues: {kind} ports have one queue in this version; omit `queues`"
+                )));
+            }
+            let ifname = spec.interface.clone().unwrap_or_default();
+            let up: Box<dyn Uplink> = match kind {
+                PortKind::AfXdp => {
+                    let cfg = AfXdpConfig {
+                        zero_copy: match spec.zero_copy.unwrap_or_default() {
+                            ZeroCopy::Off => af_xdp::ZeroCopy::Off,
+                            ZeroCopy::Try => af_xdp::ZeroCopy::Try,
+                            ZeroCopy::Require => af_xdp::ZeroCopy::Require,
+                        },
+                        ..AfXdpConfig::default()
+                    };
+                    Box::new(AfXdp::open(&ifname, cfg).map_err(|e| uplink_refusal(&who, &e))?)
+                }
+                PortKind::AfPacket => {
+                    let cfg = AfPacketConfig {
+                        qdisc_bypass: spec.qdisc_bypass.unwrap_or(false),
+                        vnet_hdr: spec.offloads(),
+                        ..AfPacketConfig::default()
+                    };
+                    Box::new(AfPacket::open(&ifname, cfg).map_err(|e| uplink_refusal(&who, &e))?)
+                }
+                _ => {
+                    let cfg = TapConfig {
+                        multi_queue: false,
+                        link_up: true,
+                    };
+                    Box::new(Tap::open(&ifname, cfg).map_err(|e| uplink_refusal(&who, &e))?)
+                }
+            };
+            tracing::info!("{who}: {} opened", up.name());
+            Ok((End::Uplink(up), Handle::Uplink(ifname)))
+        }
+    }
+}
+
+fn uplink_refusal(who: &str, e: &dyn std::error::Error) -> Refusal {
+    Refusal::invalid(format!("{who}: {}", chain(e)))
+}
+
+fn guest(spec: &PortSpec, socket_dir: &Path) -> Result<(End, Handle), Refusal> {
+    let who = format!("port {:?}", spec.name);
+    let path = socket_path(spec, socket_dir).unwrap_or_default();
+    let server = spec.role() == Role::Server;
+    // Owner and group first: a typo must not leave a socket behind.
+    let owner = spec.owner.as_deref().map(|o| lookup_id("/etc/passwd", o));
+    let group = spec.group.as_deref().map(|g| lookup_id("/etc/group", g));
+    let owner = owner
+        .transpose()
+        .map_err(|m| Refusal::invalid(format!("{who}: owner: {m}")))?;
+    let group = group
+        .transpose()
+        .map_err(|m| Refusal::invalid(format!("{who}: group: {m}")))?;
+    if server {
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| {
+                Refusal::invalid(format!(
+                    "{who}: cannot create the socket directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        }
+    }
+    let mut cfg = PortConfig::new(spec.name.clone(), path.clone());
+    cfg.role = if server {
+        SocketRole::Server
+    } else {
+        SocketRole::Client
+    };
+    cfg.queue_pairs = u16::try_from(spec.queues()).unwrap_or(1);
+    cfg.offloads = if spec.offloads() {
+        Offloads::checksum_and_tso()
+    } else {
+        Offloads::none()
+    };
+    cfg.mtu = spec.mtu.and_then(|m| u16::try_from(m).ok());
+    let (port, qps) = Port::new(cfg).map_err(|e| match e {
+        PortError::SocketInUse(_) => Refusal::conflict(format!("{who}: {}", chain(&e))),
+        PortError::Resource(_) => Refusal::failed(format!("{who}: {}", chain(&e))),
+        _ => Refusal::invalid(format!("{who}: {}", chain(&e))),
+    })?;
+    if server {
+        let mode = spec.mode_bits();
+        let set = fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+            .and_then(|()| std::os::unix::fs::chown(&path, owner, group));
+        if let Err(e) = set {
+            return Err(Refusal::invalid(format!(
+                "{who}: cannot set the socket's owner, group or mode: {e}"
+            )));
+        }
+    }
+    tracing::info!(
+        "{who}: vhost-user {} on {} ({} queue pairs)",
+        if server { "server" } else { "client" },
+        path.display(),
+        qps.len()
+    );
+    Ok((End::Guest(qps), Handle::Guest(port, path)))
+}
+
+/// A user or group id: numeric, or the name's entry in `file` (`/etc/passwd`
+/// or `/etc/group`: `name:x:id:...`).
+fn lookup_id(file: &str, name: &str) -> Result<u32, String> {
+    if let Ok(id) = name.parse::<u32>() {
+        return Ok(id);
+    }
+    let text = fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let n = f.next()?;
+            let id = f.nth(1)?.parse::<u32>().ok()?;
+            (n == name).then_some(id)
+        })
+        .next()
+        .ok_or_else(|| format!("{name:?} is not in {file}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_from_names_and_numbers() {
+        assert_eq!(lookup_id("/etc/passwd", "root"), Ok(0));
+        assert_eq!(lookup_id("/etc/group", "root"), Ok(0));
+        assert_eq!(lookup_id("/etc/passwd", "1234"), Ok(1234));
+        let e = lookup_id("/etc/passwd", "no-such-user-vhu").unwrap_err();
+        assert!(e.contains("not in /etc/passwd"), "{e}");
+    }
+
+    #[test]
+    fn uplinks_on_missing_interfaces_are_refused() {
+        let mut s = PortSpec::new("up", PortKind::AfPacket);
+        s.interface = Some("vhu-nonexist0".into());
+        let e = build(&s, Path::new("/tmp")).unwrap_err();
+        assert_eq!(e.status, 422, "{e:?}");
+        assert!(e.message.contains("vhu-nonexist0"), "{}", e.message);
+        s.queues = Some(2);
+        let e = build(&s, Path::new("/tmp")).unwrap_err();
+        assert!(e.message.contains("one queue"), "{}", e.message);
+    }
+}

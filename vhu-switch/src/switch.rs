@@ -1,0 +1,590 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The switch's control plane: the port table, the FDB, persistence, and
+//! the PMD thread; what the control API's handlers call ([`Control`]).
+//!
+//! Every change is one step, done completely or refused with nothing
+//! changed: a port is built (socket, uplink) before it enters the table,
+//! handed to its PMD, which acknowledges at a burst boundary, and only then
+//! persisted; a failed save undoes the change.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vhost_net_backend::stats::DropCounts;
+use vhost_net_backend::DropReason;
+use vhu_api::{
+    FdbAdd, FdbEntryView, MacAddr, PortKind, PortSpec, PortState, PortStats, PortView, QueueStats,
+};
+
+use crate::api::routes::{Control, Refusal};
+use crate::capture::CaptureTap;
+use crate::config::{socket_path, Config, PollMode as CfgPoll};
+use crate::decide::Ingress;
+use crate::endpoint::{self, Handle};
+use crate::fdb::{Fdb, Origin};
+use crate::metrics::{self, PmdSample, PortSample, Snapshot};
+use crate::persist::Store;
+use crate::pmd::{self, load_drops, Command, PmdHandle, PortCounters, PortDp};
+use crate::vlan::VlanMode;
+use crate::PortId;
+
+/// How long the control plane waits for the PMD to take or give back a
+/// port (it answers at its next burst boundary, or within its longest
+/// sleep once woken).
+const PMD_ANSWER: Duration = Duration::from_secs(5);
+
+/// Where a port comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortOrigin {
+    /// The configuration file: re-created at every start, not removable
+    /// through the API.
+    Config,
+    /// The API: persisted.
+    Api,
+}
+
+impl PortOrigin {
+    fn name(self) -> &'static str {
+        match self {
+            PortOrigin::Config => "config",
+            PortOrigin::Api => "api",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: PortId,
+    spec: PortSpec,
+    origin: PortOrigin,
+    handle: Handle,
+    counters: Arc<PortCounters>,
+    capture: Arc<CaptureTap>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    ports: BTreeMap<String, Entry>,
+    free: Vec<PortId>,
+    next: PortId,
+    /// Persisted ports that could not be re-created at start: kept in the
+    /// state file, so that nothing is lost.
+    failed: Vec<PortSpec>,
+}
+
+/// Changes the log filter (the logging layer's reload handle).
+pub type LogControl = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// The running switch.
+pub struct Switch {
+    cfg: Config,
+    fdb: Arc<Mutex<Fdb>>,
+    epoch: Instant,
+    pmd: PmdHandle,
+    pmd_thread: Mutex<Option<JoinHandle<()>>>,
+    stop: Arc<AtomicBool>,
+    state: Mutex<State>,
+    store: Store,
+    log: LogControl,
+    ready: AtomicBool,
+}
+
+impl std::fmt::Debug for Switch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Switch")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+fn poll_mode(p: CfgPoll) -> vhost_net_backend::PollMode {
+    match p {
+        CfgPoll::Busy => vhost_net_backend::PollMode::Busy,
+        CfgPoll::Adaptive => vhost_net_backend::PollMode::Adaptive,
+        CfgPoll::Interrupt => vhost_net_backend::PollMode::Interrupt,
+    }
+}
+
+impl Switch {
+    /// Starts the PMD thread; no ports yet ([`Switch::restore`] adds them).
+    ///
+    /// # Errors
+    /// More than one PMD thread configured (not in this version), or the
+    /// PMD could not be created or started.
+    pub fn start(cfg: Config, log: LogControl) -> Result<Arc<Self>, String> {
+        if cfg.pmds.len() != 1 {
+            return Err(format!(
+                "{} PMD threads configured: this version runs one (omit `pmds`, or give one CPU in `pmd_cpus`)",
+                cfg.pmds.len()
+            ));
+        }
+        let fdb = Arc::new(Mutex::new(Fdb::new(cfg.fdb)));
+        let epoch = Instant::now();
+        let (pmd, handle) = pmd::new_pmd(poll_mode(cfg.poll), Arc::clone(&fdb), epoch)
+            .map_err(|e| format!("cannot create the PMD thread's poller: {e}"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let cpu = cfg.pmds[0];
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("vhu-pmd-0".into())
+                .spawn(move || {
+                    if let Some(c) = cpu {
+                        match vhost_net_backend::sys::pin_current_thread(c as usize) {
+                            Ok(()) => tracing::info!("pmd 0: pinned to CPU {c}"),
+                            Err(e) => tracing::error!("pmd 0: cannot pin to CPU {c}: {e}"),
+                        }
+                    }
+                    if let Err(e) = pmd.run(&stop) {
+                        tracing::error!("pmd 0: stopped: {e}");
+                    }
+                })
+                .map_err(|e| format!("cannot start the PMD thread: {e}"))?
+        };
+        let store = Store::new(&cfg.state_dir);
+        Ok(Arc::new(Self {
+            cfg,
+            fdb,
+            epoch,
+            pmd: handle,
+            pmd_thread: Mutex::new(Some(thread)),
+            stop,
+            state: Mutex::new(State::default()),
+            store,
+            log,
+            ready: AtomicBool::new(false),
+        }))
+    }
+
+    /// Creates the configured ports, then the persisted ones. A port that
+    /// fails is logged and, if persisted, kept in the state file.
+    ///
+    /// # Errors
+    /// The state file exists but cannot be read.
+    pub fn restore(&self) -> Result<(), String> {
+        for spec in self.cfg.ports.clone() {
+            if let Err(r) = self.add(spec.clone(), PortOrigin::Config) {
+                tracing::error!("port {:?} (configuration): {}", spec.name, r.message);
+            }
+        }
+        let persisted = self.store.load().map_err(|e| endpoint::chain(&e))?;
+        for spec in persisted {
+            if self.lock().ports.contains_key(&spec.name) {
+                tracing::warn!(
+                    "port {:?}: in the configuration and in {}; the configuration wins",
+                    spec.name,
+                    self.store.path().display()
+                );
+                continue;
+            }
+            if let Err(r) = self.add(spec.clone(), PortOrigin::Api) {
+                tracing::error!(
+                    "port {:?} (persisted): {}; kept in the state file",
+                    spec.name,
+                    r.message
+                );
+                self.lock().failed.push(spec);
+            }
+        }
+        self.ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Stops the PMD and removes every port (their sockets with them).
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.pmd.wake.write(1);
+        if let Some(t) = self
+            .pmd_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = t.join();
+        }
+        let mut st = self.lock();
+        for (name, e) in std::mem::take(&mut st.ports) {
+            drop(e);
+            tracing::info!("port {name:?}: closed");
+        }
+    }
+
+    /// The capture point of a port.
+    pub fn capture_tap(&self, name: &str) -> Option<Arc<CaptureTap>> {
+        self.lock().ports.get(name).map(|e| Arc::clone(&e.capture))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fdb(&self) -> MutexGuard<'_, Fdb> {
+        self.fdb.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn persist(&self, st: &State) -> Result<(), Refusal> {
+        let mut specs: Vec<PortSpec> = st
+            .ports
+            .values()
+            .filter(|e| e.origin == PortOrigin::Api)
+            .map(|e| e.spec.clone())
+            .collect();
+        specs.extend(st.failed.iter().cloned());
+        self.store.save(&specs).map_err(|e| {
+            Refusal::failed(format!("cannot persist the ports: {}", endpoint::chain(&e)))
+        })
+    }
+
+    fn add(&self, spec: PortSpec, origin: PortOrigin) -> Result<PortView, Refusal> {
+        let mut st = self.lock();
+        let who = format!("port {:?}", spec.name);
+        if st.ports.contains_key(&spec.name) {
+            return Err(Refusal::conflict(format!("{who} exists")));
+        }
+        let sock = socket_path(&spec, &self.cfg.socket_dir);
+        for e in st.ports.values() {
+            if sock.is_some() && socket_path(&e.spec, &self.cfg.socket_dir) == sock {
+                return Err(Refusal::conflict(format!(
+                    "{who}: socket {} is port {:?}'s",
+                    sock.as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    e.spec.name
+                )));
+            }
+            if spec.kind != PortKind::VhostUser
+                && spec.interface.is_some()
+                && e.spec.interface == spec.interface
+            {
+                return Err(Refusal::conflict(format!(
+                    "{who}: interface {:?} is port {:?}'s",
+                    spec.interface.as_deref().unwrap_or_default(),
+                    e.spec.name
+                )));
+            }
+        }
+        if let Some(p) = spec.pmd {
+            if p as usize >= self.cfg.pmds.len() {
+                return Err(Refusal::invalid(format!(
+                    "{who}: pmd: {p} is not a PMD thread (there is {}: 0-{})",
+                    self.cfg.pmds.len(),
+                    self.cfg.pmds.len() - 1
+                )));
+            }
+        }
+        let (end, handle) = endpoint::build(&spec, &self.cfg.socket_dir)?;
+        let id = st.free.pop().unwrap_or_else(|| {
+            st.next += 1;
+            st.next - 1
+        });
+        let counters = Arc::new(PortCounters::default());
+        let capture = Arc::new(CaptureTap::default());
+        let ingress = Ingress {
+            id,
+            vlan: VlanMode::from_api(spec.vlan.as_ref()),
+            macs: spec.mac.iter().flatten().map(|m| m.0).collect(),
+        };
+        let dp = PortDp::new(
+            id,
+            spec.name.clone(),
+            ingress,
+            spec.mtu,
+            Arc::clone(&counters),
+            Arc::clone(&capture),
+            end,
+        );
+        let (ack, answer) = sync_channel(1);
+        if !self.pmd.send(Command::Add(Box::new(dp), ack))
+            || answer.recv_timeout(PMD_ANSWER).is_err()
+        {
+            st.free.push(id);
+            return Err(Refusal::failed(format!(
+                "{who}: the PMD thread did not take the port"
+            )));
+        }
+        st.ports.insert(
+            spec.name.clone(),
+            Entry {
+                id,
+                spec: spec.clone(),
+                origin,
+                handle,
+                counters,
+                capture,
+            },
+        );
+        if origin == PortOrigin::Api {
+            if let Err(r) = self.persist(&st) {
+                drop(st);
+                let _ = self.remove(&spec.name, true);
+                return Err(r);
+            }
+        }
+        tracing::info!("{who}: added ({} port, id {id})", spec.kind);
+        let e = &st.ports[&spec.name];
+        Ok(self.view(e))
+    }
+
+    fn remove(&self, name: &str, force: bool) -> Result<(), Refusal> {
+        let mut st = self.lock();
+        let Some(e) = st.ports.get(name) else {
+            return Err(Refusal::not_found(format!(
+                "no port {name:?}; GET /ports lists them"
+            )));
+        };
+        if e.origin == PortOrigin::Config && !force {
+            return Err(Refusal::conflict(format!(
+                "port {name:?} comes from the configuration file; remove it there and restart"
+            )));
+        }
+        let e = st.ports.remove(name).expect("looked up above");
+        let (ack, answer) = sync_channel(1);
+        if self.pmd.send(Command::Remove(e.id, ack)) {
+            // The PMD hands the endpoint back; dropping it here closes the
+            // queues and sockets outside the data plane.
+            drop(answer.recv_timeout(PMD_ANSWER));
+        }
+        self.fdb().remove_port(e.id);
+        st.free.push(e.id);
+        let persisted = e.origin == PortOrigin::Api;
+        drop(e);
+        if persisted {
+            self.persist(&st)?;
+        }
+        tracing::info!("port {name:?}: removed");
+        Ok(())
+    }
+
+    fn view(&self, e: &Entry) -> PortView {
+        let (connected, features, socket) = match &e.handle {
+            Handle::Guest(p, path) => (
+                p.is_connected(),
+                p.acked_features(),
+                Some(path.display().to_string()),
+            ),
+            Handle::Uplink(_) => (e.counters.connected.load(Ordering::Relaxed), 0, None),
+        };
+        PortView {
+            spec: e.spec.clone(),
+            state: PortState {
+                connected,
+                features,
+                queue_pairs: if connected { e.spec.queues() } else { 0 },
+                socket_path: socket,
+                pmd: 0,
+                origin: e.origin.name().into(),
+            },
+        }
+    }
+
+    fn stats(&self, e: &Entry) -> PortStats {
+        let sw_tx = load_drops(&e.counters.tx_drops);
+        let sw_rx = load_drops(&e.counters.rx_drops);
+        let mut queues = Vec::new();
+        match &e.handle {
+            Handle::Guest(p, _) => {
+                for q in 0..e.spec.queues() as usize {
+                    let rx = p.vring_counters(2 * q).unwrap_or_default();
+                    let tx = p.vring_counters(2 * q + 1).unwrap_or_default();
+                    let (mut rxd, mut txd) = (rx.drops, tx.drops);
+                    if q == 0 {
+                        // The switch's own drops (decisions, MTU) are
+                        // counted on queue 0.
+                        merge(&mut rxd, &sw_rx);
+                        merge(&mut txd, &sw_tx);
+                    }
+                    queues.push(queue(
+                        rx.packets, rx.bytes, tx.packets, tx.bytes, &rxd, &txd,
+                    ));
+                }
+            }
+            Handle::Uplink(_) => {
+                let c = &e.counters;
+                let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+                let mut rxd = load_drops(&c.up_tx_drops);
+                let mut txd = load_drops(&c.up_rx_drops);
+                merge(&mut rxd, &sw_rx);
+                merge(&mut txd, &sw_tx);
+                queues.push(queue(
+                    ld(&c.up_tx_packets),
+                    ld(&c.up_tx_bytes),
+                    ld(&c.up_rx_packets),
+                    ld(&c.up_rx_bytes),
+                    &rxd,
+                    &txd,
+                ));
+            }
+        }
+        let mut total = QueueStats::default();
+        for q in &queues {
+            total.add(q);
+        }
+        if queues.is_empty() {
+            total = queue(0, 0, 0, 0, &DropCounts::default(), &DropCounts::default());
+        }
+        PortStats {
+            port: e.spec.name.clone(),
+            total,
+            queues,
+        }
+    }
+}
+
+fn merge(into: &mut DropCounts, from: &DropCounts) {
+    for (r, n) in from.iter() {
+        into.add(r, n);
+    }
+}
+
+fn drop_map(d: &DropCounts) -> BTreeMap<String, u64> {
+    DropReason::ALL
+        .iter()
+        .map(|r| (r.name().to_owned(), d.get(*r)))
+        .collect()
+}
+
+fn queue(rxp: u64, rxb: u64, txp: u64, txb: u64, rxd: &DropCounts, txd: &DropCounts) -> QueueStats {
+    QueueStats {
+        rx_packets: rxp,
+        tx_packets: txp,
+        rx_bytes: rxb,
+        tx_bytes: txb,
+        rx_dropped: drop_map(rxd),
+        tx_dropped: drop_map(txd),
+    }
+}
+
+impl Control for Switch {
+    fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    fn ports(&self) -> Vec<PortView> {
+        let st = self.lock();
+        st.ports.values().map(|e| self.view(e)).collect()
+    }
+
+    fn port(&self, name: &str) -> Option<PortView> {
+        let st = self.lock();
+        st.ports.get(name).map(|e| self.view(e))
+    }
+
+    fn add_port(&self, spec: PortSpec) -> Result<PortView, Refusal> {
+        self.add(spec, PortOrigin::Api)
+    }
+
+    fn remove_port(&self, name: &str) -> Result<(), Refusal> {
+        self.remove(name, false)
+    }
+
+    fn port_stats(&self, name: &str) -> Option<PortStats> {
+        let st = self.lock();
+        st.ports.get(name).map(|e| self.stats(e))
+    }
+
+    fn fdb(&self) -> Vec<FdbEntryView> {
+        let names: BTreeMap<PortId, String> = {
+            let st = self.lock();
+            st.ports
+                .values()
+                .map(|e| (e.id, e.spec.name.clone()))
+                .collect()
+        };
+        let now = self.now();
+        Switch::fdb(self)
+            .entries(now)
+            .into_iter()
+            .filter_map(|e| {
+                Some(FdbEntryView {
+                    vlan: e.vlan,
+                    mac: MacAddr(e.mac),
+                    port: names.get(&e.port)?.clone(),
+                    is_static: e.origin == Origin::Static,
+                    age_secs: e.age_ms / 1000,
+                })
+            })
+            .collect()
+    }
+
+    fn fdb_add(&self, a: FdbAdd) -> Result<FdbEntryView, Refusal> {
+        let st = self.lock();
+        let Some(e) = st.ports.get(&a.port) else {
+            return Err(Refusal::not_found(format!(
+                "no port {:?}; GET /ports lists them",
+                a.port
+            )));
+        };
+        let vlan = u16::try_from(a.vlan).unwrap_or(u16::MAX);
+        Switch::fdb(self)
+            .add_static(vlan, &a.mac.0, e.id)
+            .map_err(|_| {
+                Refusal::conflict("the FDB is full; flush learned entries or raise fdb_max_entries")
+            })?;
+        tracing::info!("fdb: static {} vlan {vlan} on port {:?}", a.mac, a.port);
+        Ok(FdbEntryView {
+            vlan,
+            mac: a.mac,
+            port: a.port,
+            is_static: true,
+            age_secs: 0,
+        })
+    }
+
+    fn fdb_flush(&self) -> u64 {
+        let n = Switch::fdb(self).flush_learned() as u64;
+        tracing::info!("fdb: {n} learned entries flushed");
+        n
+    }
+
+    fn metrics(&self) -> String {
+        let ports = {
+            let st = self.lock();
+            st.ports
+                .values()
+                .map(|e| PortSample {
+                    name: e.spec.name.clone(),
+                    kind: e.spec.kind.to_string(),
+                    connected: self.view(e).state.connected,
+                    queues: self.stats(e).queues,
+                })
+                .collect()
+        };
+        let c = &self.pmd.counters;
+        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let (fdb_entries, fdb) = {
+            let f = Switch::fdb(self);
+            (f.len() as u64, f.counters())
+        };
+        metrics::render(&Snapshot {
+            ports,
+            pmds: vec![PmdSample {
+                id: 0,
+                busy_cycles: ld(&c.busy_cycles),
+                idle_cycles: ld(&c.idle_cycles),
+                frames: ld(&c.frames),
+            }],
+            fdb_entries,
+            fdb,
+        })
+    }
+
+    fn set_log_level(&self, filter: &str) -> Result<(), Refusal> {
+        (self.log)(filter).map_err(Refusal::invalid)?;
+        tracing::info!("log filter set to {filter:?}");
+        Ok(())
+    }
+}
+
+/// Where the switch's state file lives (for logs).
+pub fn state_file(cfg: &Config) -> PathBuf {
+    Store::new(&cfg.state_dir).path()
+}
