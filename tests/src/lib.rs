@@ -11,3 +11,4 @@ pub mod netns;
 pub mod peers;
 pub mod qemu;
 pub mod testpmd;
+pub mod wire;
