@@ -870,22 +870,11 @@ fn testpmd_frames_reach_peer(kind: Kind) {
     drop(tp);
 }
 
-#[test]
-#[ignore = "needs root and peers: run scripts/test.sh"]
-fn af_xdp_testpmd_frames_reach_peer() {
-    testpmd_frames_reach_peer(Kind::AfXdp);
-}
-
-#[test]
-#[ignore = "needs root and peers: run scripts/test.sh"]
-fn af_packet_testpmd_frames_reach_peer() {
-    testpmd_frames_reach_peer(Kind::AfPacket);
-}
-
-#[test]
-#[ignore = "needs root and peers: run scripts/test.sh"]
-fn tap_testpmd_frames_reach_peer() {
-    testpmd_frames_reach_peer(Kind::Tap);
+vhu_tests::ignored_tests! {
+    "needs root and peers: run scripts/test.sh";
+    af_xdp_testpmd_frames_reach_peer => testpmd_frames_reach_peer(Kind::AfXdp);
+    af_packet_testpmd_frames_reach_peer => testpmd_frames_reach_peer(Kind::AfPacket);
+    tap_testpmd_frames_reach_peer => testpmd_frames_reach_peer(Kind::Tap);
 }
 
 // ===== zero-copy =====

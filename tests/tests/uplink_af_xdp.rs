@@ -416,16 +416,10 @@ fn tx_reaches_peer(attach: Attach) {
     assert_eq!(c.tx_dropped(), 1, "{c:?}");
 }
 
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn tx_reaches_peer_native() {
-    tx_reaches_peer(Attach::Native);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn tx_reaches_peer_generic() {
-    tx_reaches_peer(Attach::Generic);
+vhu_tests::ignored_tests! {
+    "needs root: run scripts/test.sh";
+    tx_reaches_peer_native => tx_reaches_peer(Attach::Native);
+    tx_reaches_peer_generic => tx_reaches_peer(Attach::Generic);
 }
 
 // ===== (b) RX =====
@@ -447,16 +441,10 @@ fn rx_from_peer(attach: Attach) {
     assert_eq!(c.rx_dropped(), 0, "{c:?}");
 }
 
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn rx_from_peer_native() {
-    rx_from_peer(Attach::Native);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn rx_from_peer_generic() {
-    rx_from_peer(Attach::Generic);
+vhu_tests::ignored_tests! {
+    "needs root: run scripts/test.sh";
+    rx_from_peer_native => rx_from_peer(Attach::Native);
+    rx_from_peer_generic => rx_from_peer(Attach::Generic);
 }
 
 // ===== (c) zero-copy =====
@@ -534,16 +522,10 @@ fn detaches_on_drop(attach: Attach, keyword: &str) {
     );
 }
 
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn native_program_detaches_on_drop() {
-    detaches_on_drop(Attach::Native, "xdp");
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn generic_program_detaches_on_drop() {
-    detaches_on_drop(Attach::Generic, "xdpgeneric");
+vhu_tests::ignored_tests! {
+    "needs root: run scripts/test.sh";
+    native_program_detaches_on_drop => detaches_on_drop(Attach::Native, "xdp");
+    generic_program_detaches_on_drop => detaches_on_drop(Attach::Generic, "xdpgeneric");
 }
 
 #[test]
@@ -664,28 +646,12 @@ fn rx_bursts(attach: Attach) {
     assert!(c.rx_packets >= u64::from(ROUNDS * PER_ROUND));
 }
 
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn tx_bursts_native() {
-    tx_bursts(Attach::Native);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn tx_bursts_generic() {
-    tx_bursts(Attach::Generic);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn rx_bursts_native() {
-    rx_bursts(Attach::Native);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn rx_bursts_generic() {
-    rx_bursts(Attach::Generic);
+vhu_tests::ignored_tests! {
+    "needs root: run scripts/test.sh";
+    tx_bursts_native => tx_bursts(Attach::Native);
+    tx_bursts_generic => tx_bursts(Attach::Generic);
+    rx_bursts_native => rx_bursts(Attach::Native);
+    rx_bursts_generic => rx_bursts(Attach::Generic);
 }
 
 // ===== errors =====
