@@ -7,6 +7,7 @@
 //! with `--include-ignored`. A missing peer is a test failure, never a skip.
 
 pub mod echo;
+pub mod features;
 pub mod netns;
 pub mod peers;
 pub mod qemu;

@@ -1672,44 +1672,10 @@ pub fn start_vhost_backend(opts: &VhostBackendOpts) -> Testpmd {
     be
 }
 
-/// Names of the virtio-net feature bits, for reports.
+/// Names of the known feature bits set in `bits` ([`crate::features`]), for
+/// reports.
 pub fn feature_names(bits: u64) -> Vec<&'static str> {
-    const NAMES: &[(u32, &str)] = &[
-        (0, "CSUM"),
-        (1, "GUEST_CSUM"),
-        (2, "CTRL_GUEST_OFFLOADS"),
-        (3, "MTU"),
-        (5, "MAC"),
-        (7, "GUEST_TSO4"),
-        (8, "GUEST_TSO6"),
-        (9, "GUEST_ECN"),
-        (10, "GUEST_UFO"),
-        (11, "HOST_TSO4"),
-        (12, "HOST_TSO6"),
-        (13, "HOST_ECN"),
-        (14, "HOST_UFO"),
-        (15, "MRG_RXBUF"),
-        (16, "STATUS"),
-        (17, "CTRL_VQ"),
-        (18, "CTRL_RX"),
-        (19, "CTRL_VLAN"),
-        (20, "CTRL_RX_EXTRA"),
-        (21, "GUEST_ANNOUNCE"),
-        (22, "MQ"),
-        (23, "CTRL_MAC_ADDR"),
-        (27, "ANY_LAYOUT"),
-        (28, "RING_INDIRECT_DESC"),
-        (29, "RING_EVENT_IDX"),
-        (30, "VHOST_USER_F_PROTOCOL_FEATURES"),
-        (32, "VERSION_1"),
-        (33, "ACCESS_PLATFORM"),
-        (34, "RING_PACKED"),
-        (35, "IN_ORDER"),
-        (36, "ORDER_PLATFORM"),
-        (37, "SR_IOV"),
-        (38, "NOTIFICATION_DATA"),
-    ];
-    NAMES
+    crate::features::NAMES
         .iter()
         .filter(|(b, _)| bits & (1u64 << b) != 0)
         .map(|&(_, n)| n)
