@@ -6,6 +6,7 @@
 //! project's test command (`scripts/test.sh`) installs every peer and runs them
 //! with `--include-ignored`. A missing peer is a test failure, never a skip.
 
+pub mod bins;
 pub mod echo;
 pub mod features;
 pub mod netns;

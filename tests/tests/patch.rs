@@ -48,9 +48,9 @@ use std::time::{Duration, Instant};
 use vhu_tests::netns::{
     self, Netns, NsProcess, VethPair, ETHTOOL_SGSO, ETHTOOL_SRXCSUM, ETHTOOL_STSO, ETHTOOL_STXCSUM,
 };
-use vhu_tests::peers;
 use vhu_tests::qemu::{self, GuestOpts, GuestRun};
 use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd, LINK_TIMEOUT, READY_TIMEOUT};
+use vhu_tests::{bins, peers};
 
 /// The peer's address (guest tests).
 const PEER_IP: &str = "10.0.0.1";
@@ -89,16 +89,12 @@ fn patch_bin() -> PathBuf {
         candidates.push(PathBuf::from(dir).join("release/examples/patch"));
     }
     candidates.push(qemu::workspace_root().join("target/release/examples/patch"));
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "the patch example is not built: tried {candidates:?}; run \
-                 `cargo build --release --examples` (or set VHU_PATCH_BIN)"
-            )
-        })
+    bins::built_example(
+        "patch",
+        &candidates,
+        "cargo build --release --examples",
+        "VHU_PATCH_BIN",
+    )
 }
 
 /// A running `patch`; killed when dropped (its logs are printed if that
@@ -130,12 +126,7 @@ impl PatchOutput {
 
 impl std::fmt::Display for PatchOutput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "patch exited with {}\n----- patch stdout -----\n{}----- patch stderr -----\n{}\
-             ----- end of patch output -----",
-            self.status, self.stdout, self.stderr
-        )
+        bins::fmt_output(f, "patch", &self.status, &self.stdout, &self.stderr)
     }
 }
 
@@ -795,9 +786,9 @@ fn testpmd_frames_reach_peer(kind: Kind) {
     let peer_mac = ns.mac(link.peer_if());
 
     let mut opts = FrontendOpts::new(&socket);
-    opts.forward_mode = "rxonly".into();
+    opts.port.forward_mode = "rxonly".into();
     opts.pkt_len = Some(TXONLY_LEN);
-    opts.extra_args = vec![format!("--eth-peer=0,{peer_mac}")];
+    opts.port.extra_args = vec![format!("--eth-peer=0,{peer_mac}")];
     let mut tp = Testpmd::spawn(&opts);
     tp.wait_ready(READY_TIMEOUT);
     tp.wait_link_up(LINK_TIMEOUT);

@@ -264,7 +264,7 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
         }
         Backend::Dpdk => {
             let mut o = VhostBackendOpts::new(&socket);
-            o.hugepages = a.huge;
+            o.port.hugepages = a.huge;
             let pmd = match kind {
                 Kind::AfXdp => format!("net_af_xdp0,iface={host_if},start_queue=0,queue_count=1"),
                 Kind::AfPacket => format!(
@@ -273,7 +273,7 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
                 ),
                 Kind::Tap => format!("net_tap0,iface={host_if}"),
             };
-            o.extra_eal_args = vec!["--vdev".into(), pmd];
+            o.port.extra_eal_args = vec!["--vdev".into(), pmd];
             dpdk = Some(start_vhost_backend(&o));
         }
     }
@@ -282,10 +282,10 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
     }
     let peer_mac = peer.ns().mac(peer.ifname());
     let mut fo = FrontendOpts::new(&socket);
-    fo.hugepages = a.huge;
-    fo.forward_mode = "txonly".into();
+    fo.port.hugepages = a.huge;
+    fo.port.forward_mode = "txonly".into();
     fo.pkt_len = Some(a.size);
-    fo.extra_args = vec![format!("--eth-peer=0,{peer_mac}")];
+    fo.port.extra_args = vec![format!("--eth-peer=0,{peer_mac}")];
     let mut fe = Testpmd::spawn(&fo);
     fe.wait_ready(Duration::from_secs(60));
     fe.wait_link_up(Duration::from_secs(30));

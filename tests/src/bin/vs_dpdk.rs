@@ -129,12 +129,12 @@ fn run(
         }
         Backend::Dpdk => {
             let mut o = VhostBackendOpts::new(&socket);
-            o.hugepages = huge;
+            o.port.hugepages = huge;
             dpdk = Some(start_vhost_backend(&o));
         }
     }
     let mut fe = FrontendOpts::new(&socket);
-    fe.hugepages = huge;
+    fe.port.hugepages = huge;
     fe.pkt_len = Some(size);
     fe.packed_vq = packed.then_some(true);
     fe.in_order = in_order;
