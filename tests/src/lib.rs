@@ -6,6 +6,7 @@
 //! project's test command (`scripts/test.sh`) installs every peer and runs them
 //! with `--include-ignored`. A missing peer is a test failure, never a skip.
 
+pub mod bench;
 pub mod bins;
 pub mod echo;
 pub mod features;
@@ -13,6 +14,7 @@ pub mod netns;
 pub mod peers;
 pub mod qemu;
 pub mod testpmd;
+pub mod uplink;
 pub mod wire;
 
 /// Defines `#[test]`s `#[ignore]`d with `$reason` (the end-to-end tests run

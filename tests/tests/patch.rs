@@ -50,6 +50,7 @@ use vhu_tests::netns::{
 };
 use vhu_tests::qemu::{self, GuestOpts, GuestRun};
 use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd, LINK_TIMEOUT, READY_TIMEOUT};
+use vhu_tests::uplink::{Kind, PeerEnd};
 use vhu_tests::{bins, peers};
 
 /// The peer's address (guest tests).
@@ -238,47 +239,6 @@ impl Drop for Patch {
 
 // ===== the peer side =====
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    AfXdp,
-    AfPacket,
-    Tap,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::AfXdp => "af_xdp",
-            Kind::AfPacket => "af_packet",
-            Kind::Tap => "tap",
-        }
-    }
-}
-
-/// The peer's end of the uplink: a veth pair, or a TAP moved into a
-/// namespace.
-enum Link {
-    Veth(VethPair),
-    Tap { ns: Netns, name: String },
-}
-
-impl Link {
-    fn ns(&self) -> &Netns {
-        match self {
-            Link::Veth(v) => v.ns(),
-            Link::Tap { ns, .. } => ns,
-        }
-    }
-
-    /// The interface in the namespace.
-    fn peer_if(&self) -> &str {
-        match self {
-            Link::Veth(v) => v.peer(),
-            Link::Tap { name, .. } => name,
-        }
-    }
-}
-
 /// Sets up the peer for `kind`, starts `patch` on `socket`, and gives the
 /// peer interface `addrs`.
 ///
@@ -288,7 +248,7 @@ impl Link {
 ///   TX checksumming off), so the kernel segments the guest's super-frames
 ///   in software before the veth; the peer verifies checksums.
 /// * TAP: `patch` creates the TAP, the test moves it into the namespace.
-fn attach(kind: Kind, socket: &Path, extra: &[&str], addrs: &[&str]) -> (Link, Patch) {
+fn attach(kind: Kind, socket: &Path, extra: &[&str], addrs: &[&str]) -> (PeerEnd, Patch) {
     let (link, patch) = match kind {
         Kind::AfXdp | Kind::AfPacket => {
             let v = VethPair::new();
@@ -304,7 +264,7 @@ fn attach(kind: Kind, socket: &Path, extra: &[&str], addrs: &[&str]) -> (Link, P
             v.ns().ethtool(v.peer(), &peer_cmds);
             let uplink = format!("{}:{}", kind.name(), v.host());
             let patch = Patch::spawn(socket, &uplink, extra);
-            (Link::Veth(v), patch)
+            (PeerEnd::Veth(v), patch)
         }
         Kind::Tap => {
             let ns = Netns::new();
@@ -320,12 +280,12 @@ fn attach(kind: Kind, socket: &Path, extra: &[&str], addrs: &[&str]) -> (Link, P
             }
             netns::run(&["ip", "link", "set", &name, "netns", ns.name()]);
             ns.exec(&["ip", "link", "set", &name, "up"]);
-            (Link::Tap { ns, name }, patch)
+            (PeerEnd::Tap { ns, name }, patch)
         }
     };
     for a in addrs {
         link.ns()
-            .exec(&["ip", "addr", "add", a, "dev", link.peer_if()]);
+            .exec(&["ip", "addr", "add", a, "dev", link.ifname()]);
     }
     (link, patch)
 }
@@ -401,7 +361,7 @@ fn guest_net(kind: Kind, t: GuestNet) -> GuestNetRun {
     let dir = RunDir::new("patch-guest");
     let socket = dir.join("vhost.sock");
     let (link, patch) = attach(kind, &socket, &[], &[&format!("{PEER_IP}/24")]);
-    if let Link::Veth(v) = &link {
+    if let PeerEnd::Veth(v) = &link {
         assert_peer_verifies_checksums(v);
     }
     let mut peer = link.ns().spawn_python(
@@ -416,8 +376,8 @@ fn guest_net(kind: Kind, t: GuestNet) -> GuestNetRun {
         ],
     );
     peer.wait_for_stdout("PEER ready", Duration::from_secs(30));
-    let peer_mac = link.ns().mac(link.peer_if());
-    let peer_before = link.ns().link_stats(link.peer_if());
+    let peer_mac = link.ns().mac(link.ifname());
+    let peer_before = link.stats();
     let snmp_before = link.ns().snmp();
 
     let run = qemu::run_guest(GuestOpts {
@@ -434,7 +394,7 @@ fn guest_net(kind: Kind, t: GuestNet) -> GuestNetRun {
     });
     // The source reports once it closed; the guest may power off first.
     peer.wait_for_stdout("PEER tcp_source_", Duration::from_secs(10));
-    let peer_after = link.ns().link_stats(link.peer_if());
+    let peer_after = link.stats();
     let snmp_after = link.ns().snmp();
     let peer_res = peer.results("PEER ");
     let patch = patch.stop();
@@ -783,7 +743,7 @@ fn testpmd_frames_reach_peer(kind: Kind) {
     let ns = link.ns();
     let mut rx = ns.spawn_python(peers::UDP_COUNT, &[TXONLY_DST, "9"]);
     rx.wait_for_stdout("ready", Duration::from_secs(10));
-    let peer_mac = ns.mac(link.peer_if());
+    let peer_mac = ns.mac(link.ifname());
 
     let mut opts = FrontendOpts::new(&socket);
     opts.port.forward_mode = "rxonly".into();
@@ -795,7 +755,7 @@ fn testpmd_frames_reach_peer(kind: Kind) {
 
     // Exactly the tx_first frames, each with its length.
     let want = u64::from(TX_FIRST_BURSTS) * 32;
-    let before = ns.link_stats(link.peer_if());
+    let before = ns.link_stats(link.ifname());
     tp.start_tx_first(TX_FIRST_BURSTS);
     let deadline = Instant::now() + Duration::from_secs(15);
     let count = |rx: &NsProcess| -> u64 {
@@ -832,7 +792,7 @@ fn testpmd_frames_reach_peer(kind: Kind) {
     let fwd = tp.stop();
     let secs = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(500));
-    let after = ns.link_stats(link.peer_if());
+    let after = ns.link_stats(link.ifname());
     let out = patch.stop();
     assert!(out.status.success(), "{out}");
     let peer_rx = after.rx_packets - before.rx_packets;
