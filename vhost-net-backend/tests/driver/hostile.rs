@@ -131,29 +131,55 @@ fn expect_raw_tx_drop(echo: &Echo, drv: &mut TestDriver, qp: u16, head: u16, rea
     assert_eq!(after.drops_for(reason), before.drops_for(reason) + 1);
 }
 
+/// `N` raw descriptors of pair 0's TX ring.
+fn reserve_tx<const N: usize>(drv: &mut TestDriver) -> [u16; N] {
+    std::array::from_fn(|_| drv.reserve_desc(0, false).expect("descriptor"))
+}
+
+/// Writes `descs` (`(index, addr, len, flags, next)`) into pair 0's TX descriptor table and
+/// expects the chain that starts at the first to be dropped for `reason`
+/// ([`expect_raw_tx_drop`]).
+fn expect_chain_drop(
+    echo: &Echo,
+    drv: &mut TestDriver,
+    descs: &[(u16, u64, u32, u16, u16)],
+    reason: DropReason,
+) {
+    for &(d, addr, len, flags, next) in descs {
+        drv.write_desc(0, false, d, addr, len, flags, next)
+            .expect("write desc");
+    }
+    expect_raw_tx_drop(echo, drv, 0, descs[0].0, reason);
+}
+
 #[test]
 fn hostile_descriptors_outside_guest_memory() {
     let (echo, mut drv) = hostile_setup("h-addr");
     let o = drv.opts().clone();
     let (below, end, wrap) = (0x1000, o.gpa_base + o.mem_size - 40, u64::MAX - 20);
-    let d = drv.reserve_desc(0, false).expect("descriptor");
+    let [d] = reserve_tx(&mut drv);
     for (addr, len) in [
         (below, 72),
         (end, 72),
         (wrap, 72),
         (o.gpa_base + o.mem_size, 1),
     ] {
-        drv.write_desc(0, false, d, addr, len, 0, 0)
-            .expect("write desc");
-        expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadAddress);
+        expect_chain_drop(
+            &echo,
+            &mut drv,
+            &[(d, addr, len, 0, 0)],
+            DropReason::BadAddress,
+        );
     }
     // Second descriptor of a chain outside memory.
-    let d2 = drv.reserve_desc(0, false).expect("descriptor");
+    let [d2] = reserve_tx(&mut drv);
     let (gpa, len) = tx_buffer(&mut drv);
-    drv.write_desc(0, false, d, gpa, len, DESC_F_NEXT, d2)
-        .unwrap();
-    drv.write_desc(0, false, d2, below, 64, 0, 0).unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadAddress);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(d, gpa, len, DESC_F_NEXT, d2), (d2, below, 64, 0, 0)],
+        DropReason::BadAddress,
+    );
     release_then_epilogue(echo, drv, &[d, d2], &[(DropReason::BadAddress, 5)]);
 }
 
@@ -161,33 +187,41 @@ fn hostile_descriptors_outside_guest_memory() {
 fn hostile_descriptor_loop() {
     let (echo, mut drv) = hostile_setup("h-loop");
     let (gpa, len) = tx_buffer(&mut drv);
-    let a = drv.reserve_desc(0, false).expect("descriptor");
-    let b = drv.reserve_desc(0, false).expect("descriptor");
+    let [a, b] = reserve_tx(&mut drv);
     // a -> b -> a -> ...: a loop of real buffers.
-    drv.write_desc(0, false, a, gpa, len, DESC_F_NEXT, b)
-        .unwrap();
-    drv.write_desc(0, false, b, gpa, len, DESC_F_NEXT, a)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(a, gpa, len, DESC_F_NEXT, b), (b, gpa, len, DESC_F_NEXT, a)],
+        DropReason::BadDescriptor,
+    );
     // A descriptor that points at itself.
-    drv.write_desc(0, false, a, gpa, len, DESC_F_NEXT, a)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(a, gpa, len, DESC_F_NEXT, a)],
+        DropReason::BadDescriptor,
+    );
     release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
 }
 
 #[test]
 fn hostile_descriptor_loop_of_empty_buffers() {
     let (echo, mut drv) = hostile_setup("h-loop0");
-    let a = drv.reserve_desc(0, false).expect("descriptor");
-    let b = drv.reserve_desc(0, false).expect("descriptor");
-    drv.write_desc(0, false, a, 0, 0, DESC_F_NEXT, b).unwrap();
-    drv.write_desc(0, false, b, 0, 0, DESC_F_NEXT, a).unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    let [a, b] = reserve_tx(&mut drv);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(a, 0, 0, DESC_F_NEXT, b), (b, 0, 0, DESC_F_NEXT, a)],
+        DropReason::BadDescriptor,
+    );
     // A `next` outside the ring.
-    drv.write_desc(0, false, a, 0, 0, DESC_F_NEXT, 4096)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(a, 0, 0, DESC_F_NEXT, 4096)],
+        DropReason::BadDescriptor,
+    );
     release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
 }
 
@@ -210,16 +244,19 @@ fn hostile_head_index_out_of_range() {
 fn hostile_writable_buffer_in_a_tx_chain() {
     let (echo, mut drv) = hostile_setup("h-write");
     let (gpa, len) = tx_buffer(&mut drv);
-    let a = drv.reserve_desc(0, false).expect("descriptor");
-    let b = drv.reserve_desc(0, false).expect("descriptor");
-    drv.write_desc(0, false, a, gpa, len, DESC_F_WRITE, 0)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
-    drv.write_desc(0, false, a, gpa, len, DESC_F_NEXT, b)
-        .unwrap();
-    drv.write_desc(0, false, b, gpa, 64, DESC_F_WRITE, 0)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, a, DropReason::BadDescriptor);
+    let [a, b] = reserve_tx(&mut drv);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(a, gpa, len, DESC_F_WRITE, 0)],
+        DropReason::BadDescriptor,
+    );
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(a, gpa, len, DESC_F_NEXT, b), (b, gpa, 64, DESC_F_WRITE, 0)],
+        DropReason::BadDescriptor,
+    );
     release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
 }
 
@@ -227,33 +264,45 @@ fn hostile_writable_buffer_in_a_tx_chain() {
 fn hostile_indirect_tables() {
     let (echo, mut drv) = hostile_setup("h-indirect");
     let (gpa, len) = tx_buffer(&mut drv);
-    let d = drv.reserve_desc(0, false).expect("descriptor");
+    let [d] = reserve_tx(&mut drv);
     let inner = drv.alloc_guest(16).unwrap();
     let outer = drv.alloc_guest(32).unwrap();
     write_table(&drv, inner, &[(gpa, len, 0, 0)]);
     // An indirect descriptor inside an indirect table.
     write_table(&drv, outer, &[(inner, 16, DESC_F_INDIRECT, 0)]);
-    drv.write_desc(0, false, d, outer, 16, DESC_F_INDIRECT, 0)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(d, outer, 16, DESC_F_INDIRECT, 0)],
+        DropReason::BadDescriptor,
+    );
     // ... after a valid descriptor of the same table.
     write_table(
         &drv,
         outer,
         &[(gpa, len, DESC_F_NEXT, 1), (inner, 16, DESC_F_INDIRECT, 0)],
     );
-    drv.write_desc(0, false, d, outer, 32, DESC_F_INDIRECT, 0)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(d, outer, 32, DESC_F_INDIRECT, 0)],
+        DropReason::BadDescriptor,
+    );
     // INDIRECT together with NEXT.
-    drv.write_desc(0, false, d, inner, 16, DESC_F_INDIRECT | DESC_F_NEXT, 0)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(d, inner, 16, DESC_F_INDIRECT | DESC_F_NEXT, 0)],
+        DropReason::BadDescriptor,
+    );
     // A table whose length is not a multiple of 16, and an empty one.
     for l in [15, 24, 0] {
-        drv.write_desc(0, false, d, inner, l, DESC_F_INDIRECT, 0)
-            .unwrap();
-        expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+        expect_chain_drop(
+            &echo,
+            &mut drv,
+            &[(d, inner, l, DESC_F_INDIRECT, 0)],
+            DropReason::BadDescriptor,
+        );
     }
     // A loop inside a table.
     write_table(
@@ -261,13 +310,19 @@ fn hostile_indirect_tables() {
         outer,
         &[(gpa, len, DESC_F_NEXT, 1), (gpa, len, DESC_F_NEXT, 0)],
     );
-    drv.write_desc(0, false, d, outer, 32, DESC_F_INDIRECT, 0)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(d, outer, 32, DESC_F_INDIRECT, 0)],
+        DropReason::BadDescriptor,
+    );
     // A table outside guest memory.
-    drv.write_desc(0, false, d, 0x1000, 16, DESC_F_INDIRECT, 0)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadAddress);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(d, 0x1000, 16, DESC_F_INDIRECT, 0)],
+        DropReason::BadAddress,
+    );
     release_then_epilogue(
         echo,
         drv,
@@ -287,10 +342,13 @@ fn hostile_indirect_descriptor_without_the_feature() {
     let (gpa, len) = tx_buffer(&mut drv);
     let table = drv.alloc_guest(16).unwrap();
     write_table(&drv, table, &[(gpa, len, 0, 0)]);
-    let d = drv.reserve_desc(0, false).expect("descriptor");
-    drv.write_desc(0, false, d, table, 16, DESC_F_INDIRECT, 0)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::BadDescriptor);
+    let [d] = reserve_tx(&mut drv);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(d, table, 16, DESC_F_INDIRECT, 0)],
+        DropReason::BadDescriptor,
+    );
     drv.release_desc(0, false, d).unwrap();
     let mut tally = [Tally::default()];
     traffic_flows(&mut drv, 1, 0, &mut tally);
@@ -305,36 +363,18 @@ fn hostile_indirect_descriptor_without_the_feature() {
 fn hostile_zero_length_and_truncated_frames() {
     let (echo, mut drv) = hostile_setup("h-short");
     let hdr = drv.zero_hdr();
-    // A header and no frame.
-    expect_tx_drop(
-        &echo,
-        &mut drv,
-        &hdr,
-        &[],
-        TxLayout::Single,
-        DropReason::TooShort,
-    );
-    // Less than a header.
-    expect_tx_drop(
-        &echo,
-        &mut drv,
-        &hdr[..5],
-        &[],
-        TxLayout::Single,
-        DropReason::TooShort,
-    );
-    expect_tx_drop(
-        &echo,
-        &mut drv,
-        &hdr,
-        &[],
-        TxLayout::Segments(3),
-        DropReason::TooShort,
-    );
+    for (hdr, layout) in [
+        // A header and no frame.
+        (&hdr[..], TxLayout::Single),
+        // Less than a header.
+        (&hdr[..5], TxLayout::Single),
+        (&hdr[..], TxLayout::Segments(3)),
+    ] {
+        expect_tx_drop(&echo, &mut drv, hdr, &[], layout, DropReason::TooShort);
+    }
     // A descriptor of length 0 (its address is never looked at).
-    let d = drv.reserve_desc(0, false).expect("descriptor");
-    drv.write_desc(0, false, d, 0, 0, 0, 0).unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::TooShort);
+    let [d] = reserve_tx(&mut drv);
+    expect_chain_drop(&echo, &mut drv, &[(d, 0, 0, 0, 0)], DropReason::TooShort);
     release_then_epilogue(echo, drv, &[d], &[(DropReason::TooShort, 4)]);
 }
 
@@ -348,24 +388,13 @@ fn hostile_frame_larger_than_the_mtu() {
     round_trip_plain(&mut drv, 0, &fits);
     echo.settle(0, 1, 1);
     let hdr = drv.zero_hdr();
-    for len in [1519, 9000] {
-        expect_tx_drop(
-            &echo,
-            &mut drv,
-            &hdr,
-            &frame(len, 2),
-            TxLayout::Single,
-            DropReason::TooLong,
-        );
+    for (f, layout) in [
+        (frame(1519, 2), TxLayout::Single),
+        (frame(9000, 2), TxLayout::Single),
+        (frame(4000, 3), TxLayout::Segments(4)),
+    ] {
+        expect_tx_drop(&echo, &mut drv, &hdr, &f, layout, DropReason::TooLong);
     }
-    expect_tx_drop(
-        &echo,
-        &mut drv,
-        &hdr,
-        &frame(4000, 3),
-        TxLayout::Segments(4),
-        DropReason::TooLong,
-    );
     hostile_epilogue(echo, drv, Tally::default(), &[(DropReason::TooLong, 3)]);
 }
 
@@ -387,10 +416,13 @@ fn hostile_chain_with_too_many_segments() {
         .collect();
     let table = drv.alloc_guest(16 * 300).unwrap();
     write_table(&drv, table, &descs);
-    let d = drv.reserve_desc(0, false).expect("descriptor");
-    drv.write_desc(0, false, d, table, 16 * 300, DESC_F_INDIRECT, 0)
-        .unwrap();
-    expect_raw_tx_drop(&echo, &mut drv, 0, d, DropReason::TooManySegments);
+    let [d] = reserve_tx(&mut drv);
+    expect_chain_drop(
+        &echo,
+        &mut drv,
+        &[(d, table, 16 * 300, DESC_F_INDIRECT, 0)],
+        DropReason::TooManySegments,
+    );
     // The same table cut to one buffer is a valid frame.
     write_table(&drv, table, &[(gpa, 72, 0, 0)]);
     drv.write_desc(0, false, d, table, 16, DESC_F_INDIRECT, 0)
