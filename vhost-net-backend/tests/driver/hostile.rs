@@ -262,47 +262,38 @@ fn hostile_writable_buffer_in_a_tx_chain() {
 
 #[test]
 fn hostile_indirect_tables() {
+    use DropReason::{BadAddress, BadDescriptor};
     let (echo, mut drv) = hostile_setup("h-indirect");
     let (gpa, len) = tx_buffer(&mut drv);
     let [d] = reserve_tx(&mut drv);
     let inner = drv.alloc_guest(16).unwrap();
     let outer = drv.alloc_guest(32).unwrap();
     write_table(&drv, inner, &[(gpa, len, 0, 0)]);
+    // Descriptor `d` alone, `(addr, len, flags)`, must be dropped for `reason`.
+    let drop_desc = |drv: &mut TestDriver, addr, len, flags, reason| {
+        expect_chain_drop(&echo, drv, &[(d, addr, len, flags, 0)], reason);
+    };
     // An indirect descriptor inside an indirect table.
     write_table(&drv, outer, &[(inner, 16, DESC_F_INDIRECT, 0)]);
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(d, outer, 16, DESC_F_INDIRECT, 0)],
-        DropReason::BadDescriptor,
-    );
+    drop_desc(&mut drv, outer, 16, DESC_F_INDIRECT, BadDescriptor);
     // ... after a valid descriptor of the same table.
     write_table(
         &drv,
         outer,
         &[(gpa, len, DESC_F_NEXT, 1), (inner, 16, DESC_F_INDIRECT, 0)],
     );
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(d, outer, 32, DESC_F_INDIRECT, 0)],
-        DropReason::BadDescriptor,
-    );
+    drop_desc(&mut drv, outer, 32, DESC_F_INDIRECT, BadDescriptor);
     // INDIRECT together with NEXT.
-    expect_chain_drop(
-        &echo,
+    drop_desc(
         &mut drv,
-        &[(d, inner, 16, DESC_F_INDIRECT | DESC_F_NEXT, 0)],
-        DropReason::BadDescriptor,
+        inner,
+        16,
+        DESC_F_INDIRECT | DESC_F_NEXT,
+        BadDescriptor,
     );
     // A table whose length is not a multiple of 16, and an empty one.
     for l in [15, 24, 0] {
-        expect_chain_drop(
-            &echo,
-            &mut drv,
-            &[(d, inner, l, DESC_F_INDIRECT, 0)],
-            DropReason::BadDescriptor,
-        );
+        drop_desc(&mut drv, inner, l, DESC_F_INDIRECT, BadDescriptor);
     }
     // A loop inside a table.
     write_table(
@@ -310,25 +301,10 @@ fn hostile_indirect_tables() {
         outer,
         &[(gpa, len, DESC_F_NEXT, 1), (gpa, len, DESC_F_NEXT, 0)],
     );
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(d, outer, 32, DESC_F_INDIRECT, 0)],
-        DropReason::BadDescriptor,
-    );
+    drop_desc(&mut drv, outer, 32, DESC_F_INDIRECT, BadDescriptor);
     // A table outside guest memory.
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(d, 0x1000, 16, DESC_F_INDIRECT, 0)],
-        DropReason::BadAddress,
-    );
-    release_then_epilogue(
-        echo,
-        drv,
-        &[d],
-        &[(DropReason::BadDescriptor, 7), (DropReason::BadAddress, 1)],
-    );
+    drop_desc(&mut drv, 0x1000, 16, DESC_F_INDIRECT, BadAddress);
+    release_then_epilogue(echo, drv, &[d], &[(BadDescriptor, 7), (BadAddress, 1)]);
 }
 
 #[test]
