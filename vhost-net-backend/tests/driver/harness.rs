@@ -329,6 +329,48 @@ pub(crate) fn assert_clean_counts(c: &PairCounters, t: Tally, what: &str) {
     assert_eq!(c.rx.dropped(), 0, "{what}: rx drops {c:?}");
 }
 
+/// Asserts the counts a pair ended with: `tx` and `rx` as (packets, bytes), and `rx_drops`
+/// receive drops, all for `reason`.
+pub(crate) fn assert_rx_drop_counts(
+    c: &PairCounters,
+    tx: (u64, u64),
+    rx: (u64, u64),
+    reason: DropReason,
+    rx_drops: u64,
+) {
+    assert_eq!((c.tx.packets, c.tx.bytes), tx);
+    assert_eq!((c.rx.packets, c.rx.bytes), rx);
+    assert_eq!(c.rx.drops_for(reason), rx_drops);
+    assert_eq!(c.rx.dropped(), rx_drops);
+}
+
+/// Sends `frame` behind `hdr` on pair 0 and waits for its TX completion and until the port
+/// has counted `rx_drops` receive drops for `reason` in all: a frame the guest cannot take.
+pub(crate) fn send_to_rx_drop(
+    echo: &Echo,
+    drv: &mut TestDriver,
+    hdr: &[u8],
+    frame: &[u8],
+    reason: DropReason,
+    rx_drops: u64,
+) {
+    drv.send_frame(0, hdr, frame, TxLayout::Single)
+        .expect("send");
+    drv.kick_tx(0);
+    assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
+    wait_until(&format!("{rx_drops} {} rx drops", reason.name()), || {
+        echo.counters(0).rx.drops_for(reason) == rx_drops
+    });
+}
+
+/// Stops the port after a run whose pair 0 carried exactly `tally` and nothing else, with no
+/// ring violations ([`assert_no_violations`], [`assert_clean_counts`]).
+pub(crate) fn stop_clean(echo: Echo, drv: &TestDriver, tally: Tally, what: &str) {
+    assert_no_violations(drv);
+    let c = echo.stop();
+    assert_clean_counts(&c[0], tally, what);
+}
+
 /// Tops pair `qp`'s receive ring up to `want` buffers in flight, and kicks it.
 pub(crate) fn refill_rx(drv: &mut TestDriver, qp: u16, want: usize, len: u32, layout: RxLayout) {
     let have = drv.in_flight(qp, true);

@@ -32,9 +32,7 @@ fn disconnect_then_a_new_driver_is_served() {
     traffic_flows(&mut drv, 1, 1, &mut tally);
     // A fresh device: the new rings started from 0.
     assert_eq!(drv.used_idx(0, false).unwrap(), 2);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally[0], "two connections");
+    stop_clean(echo, &drv, tally[0], "two connections");
 }
 
 #[test]
@@ -155,9 +153,7 @@ fn client_role_connects_and_reconnects_with_backoff() {
     echo.check_features(&drv);
     assert_eq!(echo.port().connections(), 2);
     traffic_flows(&mut drv, 1, 1, &mut tally);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally[0], "client role");
+    stop_clean(echo, &drv, tally[0], "client role");
 }
 
 #[test]
@@ -313,9 +309,7 @@ fn get_vring_base_stops_the_ring_and_resume_continues() {
     round_trip_plain(&mut drv, 0, &more);
     tally.add(&more);
     assert_eq!(drv.get_vring_base(tx).expect("GET_VRING_BASE"), 25);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "stop and resume");
+    stop_clean(echo, &drv, tally, "stop and resume");
 }
 
 #[test]
@@ -348,9 +342,7 @@ fn vring_disable_and_enable_keeps_the_indices() {
     tally.add(&first);
     assert_eq!(drv.used_idx(0, false).unwrap(), 17);
     assert_eq!(drv.used_idx(0, true).unwrap(), 17);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "disable and enable");
+    stop_clean(echo, &drv, tally, "disable and enable");
 }
 
 #[test]
@@ -400,7 +392,5 @@ fn set_mem_table_again_while_running() {
         .expect("SET_MEM_TABLE");
     traffic_flows(&mut drv, 1, 1, &mut tally);
     assert_eq!(drv.used_idx(0, false).unwrap(), 4);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally[0], "mem table again");
+    stop_clean(echo, &drv, tally[0], "mem table again");
 }

@@ -208,23 +208,21 @@ fn without_mrg_rxbuf_a_frame_too_big_for_the_buffer_is_dropped() {
     });
     refill_rx(&mut drv, 0, 4, 2048, RxLayout::Single);
     let hdr = drv.zero_hdr();
-    drv.send_frame(0, &hdr, &frame(4000, 1), TxLayout::Single)
-        .expect("send");
-    drv.kick_tx(0);
-    assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
-    wait_until("a TooLong rx drop", || {
-        echo.counters(0).rx.drops_for(DropReason::TooLong) == 1
-    });
+    send_to_rx_drop(
+        &echo,
+        &mut drv,
+        &hdr,
+        &frame(4000, 1),
+        DropReason::TooLong,
+        1,
+    );
     // The buffer was not consumed: the next frame that fits takes it.
     assert_eq!(drv.in_flight(0, true), 4);
     let small = vec![frame(1514, 2)];
     round_trip_plain(&mut drv, 0, &small);
     assert_no_violations(&drv);
     let c = echo.stop();
-    assert_eq!((c[0].tx.packets, c[0].tx.bytes), (2, 4000 + 1514));
-    assert_eq!((c[0].rx.packets, c[0].rx.bytes), (1, 1514));
-    assert_eq!(c[0].rx.drops_for(DropReason::TooLong), 1);
-    assert_eq!(c[0].rx.dropped(), 1);
+    assert_rx_drop_counts(&c[0], (2, 4000 + 1514), (1, 1514), DropReason::TooLong, 1);
 }
 
 #[test]
@@ -251,9 +249,7 @@ fn ring_indices_wrap_past_65536() {
     let total = tally.frames as usize;
     assert_eq!(drv.used_idx(0, false).unwrap(), (total % 65536) as u16);
     assert_eq!(drv.used_idx(0, true).unwrap(), (total % 65536) as u16);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "wrap");
+    stop_clean(echo, &drv, tally, "wrap");
 }
 
 #[test]
@@ -263,13 +259,14 @@ fn mrg_rxbuf_a_frame_bigger_than_the_posted_buffers_leaves_them_posted() {
     // Two 2048-byte buffers cannot hold a 9000-byte frame: it is dropped, the buffers stay.
     refill_rx(&mut drv, 0, 2, 2048, RxLayout::Single);
     let hdr = drv.zero_hdr();
-    drv.send_frame(0, &hdr, &frame(9000, 1), TxLayout::Single)
-        .unwrap();
-    drv.kick_tx(0);
-    assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
-    wait_until("a no_buffers rx drop", || {
-        echo.counters(0).rx.drops_for(DropReason::NoBuffers) == 1
-    });
+    send_to_rx_drop(
+        &echo,
+        &mut drv,
+        &hdr,
+        &frame(9000, 1),
+        DropReason::NoBuffers,
+        1,
+    );
     assert!(drv.recv_frames(0).is_empty());
     assert_eq!(drv.in_flight(0, true), 2);
     let fits = vec![frame(3000, 2)];
@@ -277,10 +274,7 @@ fn mrg_rxbuf_a_frame_bigger_than_the_posted_buffers_leaves_them_posted() {
     assert_eq!(got[0].num_buffers, 2);
     assert_no_violations(&drv);
     let c = echo.stop();
-    assert_eq!((c[0].tx.packets, c[0].tx.bytes), (2, 12_000));
-    assert_eq!((c[0].rx.packets, c[0].rx.bytes), (1, 3000));
-    assert_eq!(c[0].rx.drops_for(DropReason::NoBuffers), 1);
-    assert_eq!(c[0].rx.dropped(), 1);
+    assert_rx_drop_counts(&c[0], (2, 12_000), (1, 3000), DropReason::NoBuffers, 1);
 }
 
 #[test]
@@ -433,9 +427,7 @@ fn event_idx_used_event_suppresses_interrupts() {
         assert!(g.data == echoed(f));
     }
     tally.add(&frames);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "used_event");
+    stop_clean(echo, &drv, tally, "used_event");
 }
 
 #[test]
@@ -469,7 +461,5 @@ fn no_interrupt_flag_suppresses_interrupts_without_event_idx() {
     wait_until("an interrupt without VRING_AVAIL_F_NO_INTERRUPT", || {
         echo.counters(0).rx.notifications > notified
     });
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "no_interrupt");
+    stop_clean(echo, &drv, tally, "no_interrupt");
 }
