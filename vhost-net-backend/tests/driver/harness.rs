@@ -363,6 +363,17 @@ pub(crate) fn send_to_rx_drop(
     });
 }
 
+/// A port `name` with the default configuration, and a driver connected to it that offers
+/// `features`.
+pub(crate) fn connect_offering(name: &str, features: u64) -> (Echo, TestDriver) {
+    let echo = Echo::server(name, |_| {});
+    let drv = echo.connect(DriverOpts {
+        features,
+        ..DriverOpts::default()
+    });
+    (echo, drv)
+}
+
 /// Stops the port after a run whose pair 0 carried exactly `tally` and nothing else, with no
 /// ring violations ([`assert_no_violations`], [`assert_clean_counts`]).
 pub(crate) fn stop_clean(echo: Echo, drv: &TestDriver, tally: Tally, what: &str) {

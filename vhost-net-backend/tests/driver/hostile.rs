@@ -309,11 +309,7 @@ fn hostile_indirect_tables() {
 
 #[test]
 fn hostile_indirect_descriptor_without_the_feature() {
-    let echo = Echo::server("h-noindirect", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        features: DEFAULT_FEATURES & !bits::INDIRECT_DESC,
-        ..DriverOpts::default()
-    });
+    let (echo, mut drv) = connect_offering("h-noindirect", DEFAULT_FEATURES & !bits::INDIRECT_DESC);
     assert_eq!(drv.acked_features() & bits::INDIRECT_DESC, 0);
     let (gpa, len) = tx_buffer(&mut drv);
     let table = drv.alloc_guest(16).unwrap();

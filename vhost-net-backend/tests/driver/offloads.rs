@@ -132,11 +132,10 @@ fn offload_the_guest_did_not_ack_is_dropped() {
 
 #[test]
 fn packed_rings_are_offered_the_driver_uses_split_rings() {
-    let echo = Echo::server("packed-offer", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        features: DEFAULT_FEATURES | bits::RING_PACKED | bits::IN_ORDER,
-        ..DriverOpts::default()
-    });
+    let (echo, mut drv) = connect_offering(
+        "packed-offer",
+        DEFAULT_FEATURES | bits::RING_PACKED | bits::IN_ORDER,
+    );
     assert_ne!(
         drv.offered_features() & bits::RING_PACKED,
         0,

@@ -201,21 +201,11 @@ fn memory_in_two_regions() {
 
 #[test]
 fn without_mrg_rxbuf_a_frame_too_big_for_the_buffer_is_dropped() {
-    let echo = Echo::server("nomrg-small", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        features: bits::VERSION_1,
-        ..DriverOpts::default()
-    });
+    let (echo, mut drv) = connect_offering("nomrg-small", bits::VERSION_1);
     refill_rx(&mut drv, 0, 4, 2048, RxLayout::Single);
     let hdr = drv.zero_hdr();
-    send_to_rx_drop(
-        &echo,
-        &mut drv,
-        &hdr,
-        &frame(4000, 1),
-        DropReason::TooLong,
-        1,
-    );
+    let f = frame(4000, 1);
+    send_to_rx_drop(&echo, &mut drv, &hdr, &f, DropReason::TooLong, 1);
     // The buffer was not consumed: the next frame that fits takes it.
     assert_eq!(drv.in_flight(0, true), 4);
     let small = vec![frame(1514, 2)];
@@ -259,14 +249,8 @@ fn mrg_rxbuf_a_frame_bigger_than_the_posted_buffers_leaves_them_posted() {
     // Two 2048-byte buffers cannot hold a 9000-byte frame: it is dropped, the buffers stay.
     refill_rx(&mut drv, 0, 2, 2048, RxLayout::Single);
     let hdr = drv.zero_hdr();
-    send_to_rx_drop(
-        &echo,
-        &mut drv,
-        &hdr,
-        &frame(9000, 1),
-        DropReason::NoBuffers,
-        1,
-    );
+    let f = frame(9000, 1);
+    send_to_rx_drop(&echo, &mut drv, &hdr, &f, DropReason::NoBuffers, 1);
     assert!(drv.recv_frames(0).is_empty());
     assert_eq!(drv.in_flight(0, true), 2);
     let fits = vec![frame(3000, 2)];
@@ -432,11 +416,7 @@ fn event_idx_used_event_suppresses_interrupts() {
 
 #[test]
 fn no_interrupt_flag_suppresses_interrupts_without_event_idx() {
-    let echo = Echo::server("no-interrupt", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        features: DEFAULT_FEATURES & !bits::EVENT_IDX,
-        ..DriverOpts::default()
-    });
+    let (echo, mut drv) = connect_offering("no-interrupt", DEFAULT_FEATURES & !bits::EVENT_IDX);
     refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let mut tally = Tally::default();
     drv.set_no_interrupt(0, true, true).unwrap();
