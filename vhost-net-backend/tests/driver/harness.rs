@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use vhost_net_backend::device::bits;
 use vhost_net_backend::test_utils::{
-    encode_hdr, DriverOpts, RxFrame, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
+    encode_hdr, DriverOpts, MemTableMode, RxFrame, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
 };
 use vhost_net_backend::{DropReason, Poller, Port, PortConfig, QueueCounters, QueuePair};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -361,6 +361,25 @@ pub(crate) fn send_to_rx_drop(
     wait_until(&format!("{rx_drops} {} rx drops", reason.name()), || {
         echo.counters(0).rx.drops_for(reason) == rx_drops
     });
+}
+
+/// Options for a driver that uses two queue pairs.
+pub(crate) fn two_pairs() -> DriverOpts {
+    DriverOpts {
+        queue_pairs: 2,
+        active_pairs: 2,
+        ..DriverOpts::default()
+    }
+}
+
+/// Options for a driver that gives the guest's memory in two regions, one
+/// `VHOST_USER_ADD_MEM_REG` each.
+pub(crate) fn regions_added_one_by_one() -> DriverOpts {
+    DriverOpts {
+        mem_table: MemTableMode::AddMemReg,
+        split_regions: true,
+        ..DriverOpts::default()
+    }
 }
 
 /// A port `name` with the default configuration, and a driver connected to it that offers

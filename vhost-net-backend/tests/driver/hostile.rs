@@ -18,11 +18,7 @@ fn hostile_setup(name: &str) -> (Echo, TestDriver) {
         cfg.queue_pairs = 2;
         cfg.mtu = Some(1500);
     });
-    let drv = echo.connect(DriverOpts {
-        queue_pairs: 2,
-        active_pairs: 2,
-        ..DriverOpts::default()
-    });
+    let drv = echo.connect(two_pairs());
     (echo, drv)
 }
 

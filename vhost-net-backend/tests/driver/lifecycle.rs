@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use vhost::vhost_user::VhostUserFrontend;
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo};
-use vhost_net_backend::test_utils::{DriverOpts, MemTableMode, RxLayout, TestDriver, TxLayout};
+use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver, TxLayout};
 use vhost_net_backend::{Backoff, DropReason, Port, PortConfig, PortError, SocketRole};
 use vm_memory::GuestMemoryBackend;
 
@@ -38,11 +38,7 @@ fn disconnect_then_a_new_driver_is_served() {
 #[test]
 fn reconnect_resumes_the_rings_where_they_were() {
     let echo = Echo::server("reconnect-keep", |cfg| cfg.queue_pairs = 2);
-    let opts = DriverOpts {
-        queue_pairs: 2,
-        active_pairs: 2,
-        ..DriverOpts::default()
-    };
+    let opts = two_pairs();
     let mut drv = echo.connect(opts);
     let mut tally = [Tally::default(); 2];
     for qp in 0..2 {
@@ -159,11 +155,7 @@ fn client_role_connects_and_reconnects_with_backoff() {
 #[test]
 fn abrupt_disconnects_with_traffic_in_flight() {
     let echo = Echo::server("abrupt", |cfg| cfg.queue_pairs = 2);
-    let opts = DriverOpts {
-        queue_pairs: 2,
-        active_pairs: 2,
-        ..DriverOpts::default()
-    };
+    let opts = two_pairs();
     let mut sent = 0u64;
     for round in 0..20 {
         let mut drv = echo.connect(opts.clone());
@@ -211,11 +203,7 @@ fn abrupt_disconnects_with_traffic_in_flight() {
 #[test]
 fn memory_removed_under_buffers_in_flight() {
     let echo = Echo::server("rem-mem", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        mem_table: MemTableMode::AddMemReg,
-        split_regions: true,
-        ..DriverOpts::default()
-    });
+    let mut drv = echo.connect(regions_added_one_by_one());
     let mut tally = [Tally::default()];
     traffic_flows(&mut drv, 1, 0, &mut tally);
     let second = drv.memory().iter().nth(1).expect("two regions");

@@ -12,7 +12,7 @@ use vhost::vhost_user::VhostUserFrontend;
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo};
 use vhost_net_backend::device::bits;
 use vhost_net_backend::test_utils::{
-    DriverError, DriverOpts, MemTableMode, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
+    DriverError, DriverOpts, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
 };
 
 use crate::harness::*;
@@ -189,11 +189,7 @@ fn queue_num_and_mq_follow_the_pair_count() {
 #[test]
 fn max_mem_slots_and_add_mem_reg() {
     let echo = Echo::server("proto-memslots", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        mem_table: MemTableMode::AddMemReg,
-        split_regions: true,
-        ..DriverOpts::default()
-    });
+    let mut drv = echo.connect(regions_added_one_by_one());
     assert_eq!(drv.max_mem_slots(), Some(509), "GET_MAX_MEM_SLOTS");
     let mut tally = Tally::default();
     let echo_batch = |drv: &mut TestDriver, batch: usize, tally: &mut Tally| {
