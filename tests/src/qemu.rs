@@ -795,6 +795,13 @@ mod tests {
             .collect()
     }
 
+    /// Asserts that each flag of `expected` stands once in `args`, before its value.
+    fn assert_args(args: &[OsString], expected: &[(&str, &str)]) {
+        for &(flag, value) in expected {
+            assert_eq!(arg_after(args, flag), [value], "{flag}");
+        }
+    }
+
     #[test]
     fn multiqueue_server_args() {
         let opts = GuestOpts {
@@ -806,26 +813,22 @@ mod tests {
             ..GuestOpts::new("/tmp/a,b.sock")
         };
         let args = qemu_args(&opts, &fake_peers());
-        assert_eq!(
-            arg_after(&args, "-chardev"),
-            ["socket,id=c0,path=/tmp/a,,b.sock,server=on,wait=off"]
-        );
-        assert_eq!(
-            arg_after(&args, "-netdev"),
-            ["vhost-user,id=n0,chardev=c0,queues=2"]
-        );
-        assert_eq!(
-            arg_after(&args, "-device"),
-            ["virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56,mq=on,vectors=6,packed=on"]
-        );
-        assert_eq!(arg_after(&args, "-smp"), ["2"]);
-        assert_eq!(
-            arg_after(&args, "-object"),
-            ["memory-backend-memfd,id=mem,size=256M,share=on"]
-        );
-        assert_eq!(
-            arg_after(&args, "-append"),
-            ["console=ttyS0 quiet panic=-1 vhu.test=ping"]
+        assert_args(
+            &args,
+            &[
+                (
+                    "-chardev",
+                    "socket,id=c0,path=/tmp/a,,b.sock,server=on,wait=off",
+                ),
+                ("-netdev", "vhost-user,id=n0,chardev=c0,queues=2"),
+                (
+                    "-device",
+                    "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56,mq=on,vectors=6,packed=on",
+                ),
+                ("-smp", "2"),
+                ("-object", "memory-backend-memfd,id=mem,size=256M,share=on"),
+                ("-append", "console=ttyS0 quiet panic=-1 vhu.test=ping"),
+            ],
         );
     }
 
@@ -836,13 +839,12 @@ mod tests {
             ..GuestOpts::new("/tmp/s")
         };
         let args = qemu_args(&opts, &fake_peers());
-        assert_eq!(
-            arg_after(&args, "-chardev"),
-            ["socket,id=c0,path=/tmp/s,reconnect-ms=1000"]
-        );
-        assert_eq!(
-            arg_after(&args, "-device"),
-            ["virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56"]
+        assert_args(
+            &args,
+            &[
+                ("-chardev", "socket,id=c0,path=/tmp/s,reconnect-ms=1000"),
+                ("-device", "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56"),
+            ],
         );
     }
 

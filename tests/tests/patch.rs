@@ -439,6 +439,12 @@ impl GuestNetRun {
         assert!(a == b, "{what}: {a} != {b}\n{}", self.describe());
     }
 
+    /// [`Self::check_eq`] of what the guest printed for `guest_key` and the peer for
+    /// `peer_key`.
+    fn guest_matches_peer(&self, what: &str, guest_key: &str, peer_key: &str) {
+        self.check_eq(what, self.guest(guest_key), self.peer(peer_key));
+    }
+
     fn check(&self, what: &str, ok: bool) {
         assert!(ok, "{what}\n{}", self.describe());
     }
@@ -450,21 +456,13 @@ impl GuestNetRun {
         self.check_eq("pings sent", self.guest("ping_sent"), "5");
         self.check_eq("ARP resolved the peer", self.guest("peer_mac"), peer_mac);
         // UDP, both ways.
-        self.check_eq(
-            "TFTP get sha256",
-            self.guest("tftp_get_sha256"),
-            self.peer("tftp_get_sha256"),
-        );
-        self.check_eq(
-            "TFTP get length",
-            self.guest("tftp_get_bytes"),
-            self.peer("tftp_get_bytes"),
-        );
-        self.check_eq(
-            "TFTP put sha256",
-            self.guest("tftp_put_sha256"),
-            self.peer("tftp_put_sha256"),
-        );
+        for (what, key) in [
+            ("TFTP get sha256", "tftp_get_sha256"),
+            ("TFTP get length", "tftp_get_bytes"),
+            ("TFTP put sha256", "tftp_put_sha256"),
+        ] {
+            self.guest_matches_peer(what, key, key);
+        }
         // TCP, guest to peer: the guest's hash, the sink's as it answered
         // the guest, and the sink's own report.
         let tx_bytes = (u64::from(tx_mib) << 20).to_string();
@@ -474,23 +472,22 @@ impl GuestNetRun {
             self.peer("tcp_sink_bytes"),
             &tx_bytes,
         );
-        self.check_eq(
-            "TCP TX sha256 (guest vs sink)",
-            self.guest("tcp_tx_sha256"),
-            self.peer("tcp_sink_sha256"),
-        );
-        self.check_eq(
-            "TCP TX sha256 (as the sink answered the guest)",
-            self.guest("tcp_tx_peer_sha256"),
-            self.peer("tcp_sink_sha256"),
-        );
+        for (what, key) in [
+            ("TCP TX sha256 (guest vs sink)", "tcp_tx_sha256"),
+            (
+                "TCP TX sha256 (as the sink answered the guest)",
+                "tcp_tx_peer_sha256",
+            ),
+        ] {
+            self.guest_matches_peer(what, key, "tcp_sink_sha256");
+        }
         // TCP, peer to guest.
         let rx_bytes = (u64::from(rx_mib) << 20).to_string();
         self.check_eq("TCP RX length", self.guest("tcp_rx_bytes"), &rx_bytes);
-        self.check_eq(
+        self.guest_matches_peer(
             "TCP RX sha256 (source vs guest)",
-            self.guest("tcp_rx_sha256"),
-            self.peer("tcp_source_sha256"),
+            "tcp_rx_sha256",
+            "tcp_source_sha256",
         );
         // The peer's stack saw no bad checksum or header (veth peers verify
         // every checksum: see assert_peer_verifies_checksums).
