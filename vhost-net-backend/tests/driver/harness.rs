@@ -363,6 +363,16 @@ pub(crate) fn send_to_rx_drop(
     });
 }
 
+/// A port `name` with the default configuration and a driver with `opts` connected to it that
+/// has carried a first batch of traffic on pair 0, counted in the tally returned.
+pub(crate) fn serving(name: &str, opts: DriverOpts) -> (Echo, TestDriver, [Tally; 1]) {
+    let echo = Echo::server(name, |_| {});
+    let mut drv = echo.connect(opts);
+    let mut tally = [Tally::default()];
+    traffic_flows(&mut drv, 1, 0, &mut tally);
+    (echo, drv, tally)
+}
+
 /// Options for a driver that uses two queue pairs.
 pub(crate) fn two_pairs() -> DriverOpts {
     DriverOpts {

@@ -16,10 +16,7 @@ use crate::harness::*;
 
 #[test]
 fn disconnect_then_a_new_driver_is_served() {
-    let echo = Echo::server("reconnect-new", |_| {});
-    let mut tally = [Tally::default()];
-    let mut drv = echo.connect(DriverOpts::default());
-    traffic_flows(&mut drv, 1, 0, &mut tally);
+    let (echo, drv, mut tally) = serving("reconnect-new", DriverOpts::default());
     assert_no_violations(&drv);
     drv.disconnect();
     wait_until("the port to notice the disconnect", || {
@@ -202,10 +199,7 @@ fn abrupt_disconnects_with_traffic_in_flight() {
 
 #[test]
 fn memory_removed_under_buffers_in_flight() {
-    let echo = Echo::server("rem-mem", |_| {});
-    let mut drv = echo.connect(regions_added_one_by_one());
-    let mut tally = [Tally::default()];
-    traffic_flows(&mut drv, 1, 0, &mut tally);
+    let (echo, mut drv, mut tally) = serving("rem-mem", regions_added_one_by_one());
     let second = drv.memory().iter().nth(1).expect("two regions");
     let region = VhostUserMemoryRegionInfo::from_guest_region(second).unwrap();
     // Buffers alternate between the regions; the frontend takes the second one away (the
@@ -335,10 +329,7 @@ fn vring_disable_and_enable_keeps_the_indices() {
 
 #[test]
 fn a_second_frontend_waits_for_the_first_to_leave() {
-    let echo = Echo::server("two-frontends", |_| {});
-    let mut tally = [Tally::default()];
-    let mut first = echo.connect(DriverOpts::default());
-    traffic_flows(&mut first, 1, 0, &mut tally);
+    let (echo, mut first, mut tally) = serving("two-frontends", DriverOpts::default());
     let path = echo.socket().to_owned();
     let second = std::thread::spawn(move || TestDriver::connect(&path, DriverOpts::default()));
     std::thread::sleep(SETTLE);
