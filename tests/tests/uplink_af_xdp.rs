@@ -449,16 +449,23 @@ vhu_tests::ignored_tests! {
 
 // ===== (c) zero-copy =====
 
+/// Opens an AF_XDP socket on the host end of `net` asking for zero-copy as `zero_copy` says,
+/// attached as `attach`; everything else as by default.
+fn open_zero_copy(net: &VethNs, zero_copy: ZeroCopy, attach: Attach) -> Result<AfXdp, AfXdpError> {
+    let cfg = AfXdpConfig {
+        zero_copy,
+        attach,
+        ..AfXdpConfig::default()
+    };
+    AfXdp::open(&net.host, cfg)
+}
+
 #[test]
 #[ignore = "needs root: run scripts/test.sh"]
 fn zero_copy_try_falls_back_to_copy_on_veth() {
     let net = VethNs::new();
-    let cfg = AfXdpConfig {
-        zero_copy: ZeroCopy::Try,
-        attach: Attach::Native,
-        ..AfXdpConfig::default()
-    };
-    let mut x = AfXdp::open(&net.host, cfg).expect("Try must fall back, not fail");
+    let mut x =
+        open_zero_copy(&net, ZeroCopy::Try, Attach::Native).expect("Try must fall back, not fail");
     assert_eq!(x.bind_mode(), BindMode::Copy);
     let why = x.zero_copy_error().expect("the fallback reason is kept");
     assert_eq!(why.raw_os_error(), Some(libc::EOPNOTSUPP), "{why}");
@@ -475,11 +482,8 @@ fn zero_copy_try_falls_back_to_copy_on_veth() {
 #[ignore = "needs root: run scripts/test.sh"]
 fn zero_copy_require_fails_clearly_on_veth() {
     let net = VethNs::new();
-    let cfg = AfXdpConfig {
-        zero_copy: ZeroCopy::Require,
-        ..AfXdpConfig::default()
-    };
-    let err = AfXdp::open(&net.host, cfg).expect_err("veth cannot do zero-copy");
+    let err = open_zero_copy(&net, ZeroCopy::Require, AfXdpConfig::default().attach)
+        .expect_err("veth cannot do zero-copy");
     assert!(
         matches!(&err, AfXdpError::ZeroCopyUnsupported { ifname, queue_id: 0, source }
             if ifname == &net.host && source.raw_os_error() == Some(libc::EOPNOTSUPP)),
