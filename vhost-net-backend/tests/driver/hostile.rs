@@ -6,7 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use vhost_net_backend::device::bits;
-use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver, TxLayout, DEFAULT_FEATURES};
+use vhost_net_backend::test_utils::{
+    desc_bytes, DriverOpts, RxLayout, TestDriver, TxLayout, DEFAULT_FEATURES,
+};
 use vhost_net_backend::DropReason;
 use vm_memory::{Bytes, GuestAddress};
 
@@ -71,10 +73,7 @@ fn release_then_epilogue(
 fn write_table(drv: &TestDriver, gpa: u64, descs: &[(u64, u32, u16, u16)]) {
     let mut b = Vec::with_capacity(16 * descs.len());
     for &(addr, len, flags, next) in descs {
-        b.extend_from_slice(&addr.to_le_bytes());
-        b.extend_from_slice(&len.to_le_bytes());
-        b.extend_from_slice(&flags.to_le_bytes());
-        b.extend_from_slice(&next.to_le_bytes());
+        b.extend_from_slice(&desc_bytes(addr, len, flags, next));
     }
     drv.memory()
         .write_slice(&b, GuestAddress(gpa))
