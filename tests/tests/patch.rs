@@ -449,6 +449,16 @@ impl GuestNetRun {
         assert!(ok, "{what}\n{}", self.describe());
     }
 
+    /// [`Self::check`] that patch counted some `key`.
+    fn check_some(&self, what: &str, key: &str) {
+        self.check(what, self.patch.get(key) > 0);
+    }
+
+    /// [`Self::check`] that patch counted no `key`.
+    fn check_none(&self, what: &str, key: &str) {
+        self.check(what, self.patch.get(key) == 0);
+    }
+
     fn check_common(&self, kind: Kind, peer_mac: &str, tx_mib: u32, rx_mib: u32) {
         let d = |k: &str| self.describe_kv(k);
         // ARP and ICMP.
@@ -571,7 +581,7 @@ fn af_xdp_guest_reaches_peer_stack_with_software_segmentation() {
         "software segments",
         p.get("patch.tx_sw_segments") >= 2 * p.get("patch.tx_sw_segmented"),
     );
-    r.check("no offload errors", p.get("patch.tx_offload_errors") == 0);
+    r.check_none("no offload errors", "patch.tx_offload_errors");
     // ...every frame accounted for: the guest's plain frames plus the
     // segments went to the uplink...
     let (sent, gso) = (p.get("qp0.tx_packets"), p.get("patch.tx_sw_segmented"));
@@ -610,14 +620,8 @@ fn af_packet_guest_reaches_peer_stack_and_gets_super_frames() {
     let p = &r.patch;
     // Super-frames went to the kernel as such, which segmented them (the
     // host veth end cannot): the peer received wire-size frames.
-    r.check(
-        "guest super-frames handed to AF_PACKET",
-        p.get("patch.tx_gso") > 0,
-    );
-    r.check(
-        "no software segmentation on TX",
-        p.get("patch.tx_sw_segmented") == 0,
-    );
+    r.check_some("guest super-frames handed to AF_PACKET", "patch.tx_gso");
+    r.check_none("no software segmentation on TX", "patch.tx_sw_segmented");
     // Each super-frame became at least two frames on the wire.
     let (sent, gso) = (p.get("qp0.tx_packets"), p.get("patch.tx_gso"));
     r.check(
@@ -629,14 +633,8 @@ fn af_packet_guest_reaches_peer_stack_and_gets_super_frames() {
         r.peer_rx() >= min_segments(64) && r.peer_rx() >= sent + gso,
     );
     // Back: the peer's TSO super-frames reached the guest whole.
-    r.check(
-        "super-frames delivered to the guest",
-        p.get("patch.rx_gso") > 0,
-    );
-    r.check(
-        "none segmented in software",
-        p.get("patch.rx_sw_segmented") == 0,
-    );
+    r.check_some("super-frames delivered to the guest", "patch.rx_gso");
+    r.check_none("none segmented in software", "patch.rx_sw_segmented");
     r.check(
         &format!(
             "guest received fewer frames ({}) than a 64 MiB stream has segments",
@@ -674,20 +672,14 @@ fn af_packet_guest_without_receive_offloads_gets_valid_segments() {
         f & (F_GUEST_CSUM | F_GUEST_TSO4) == 0,
     );
     let p = &r.patch;
-    r.check(
-        "no super-frame delivered as such",
-        p.get("patch.rx_gso") == 0,
-    );
+    r.check_none("no super-frame delivered as such", "patch.rx_gso");
     r.check(
         "patch segmented the peer's super-frames",
         p.get("patch.rx_sw_segmented") > 0
             && p.get("patch.rx_sw_segments") >= 2 * p.get("patch.rx_sw_segmented"),
     );
-    r.check(
-        "patch completed partial checksums",
-        p.get("patch.rx_sw_csum") > 0,
-    );
-    r.check("no offload errors", p.get("patch.rx_offload_errors") == 0);
+    r.check_some("patch completed partial checksums", "patch.rx_sw_csum");
+    r.check_none("no offload errors", "patch.rx_offload_errors");
     r.check(
         &format!(
             "guest received {} frames for a 64 MiB stream",
@@ -709,10 +701,7 @@ fn tap_guest_reaches_peer_stack() {
         },
     );
     let p = &r.patch;
-    r.check(
-        "guest super-frames written to the TAP",
-        p.get("patch.tx_gso") > 0,
-    );
+    r.check_some("guest super-frames written to the TAP", "patch.tx_gso");
     r.check(
         "TAP offloads follow the guest: super-frames delivered",
         p.get("patch.rx_gso") > 0 && p.get("patch.rx_sw_segmented") == 0,
