@@ -489,6 +489,18 @@ pub(crate) fn round_trip(
     got
 }
 
+/// [`round_trip_plain`], counting `frames` in `tally`.
+pub(crate) fn round_trip_tallied(
+    drv: &mut TestDriver,
+    qp: u16,
+    frames: &[Vec<u8>],
+    tally: &mut Tally,
+) -> Vec<RxFrame> {
+    let got = round_trip_plain(drv, qp, frames);
+    tally.add(frames);
+    got
+}
+
 /// [`round_trip`] of plain frames (no offloads), one descriptor each.
 pub(crate) fn round_trip_plain(drv: &mut TestDriver, qp: u16, frames: &[Vec<u8>]) -> Vec<RxFrame> {
     round_trip(drv, qp, &VirtioNetHdr::default(), frames, TxLayout::Single)

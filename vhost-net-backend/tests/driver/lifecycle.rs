@@ -41,8 +41,7 @@ fn reconnect_resumes_the_rings_where_they_were() {
     for qp in 0..2 {
         refill_rx(&mut drv, qp, 40, 2048, RxLayout::Single);
         let frames: Vec<Vec<u8>> = (0..10).map(|i| frame(100 + i, seed(qp, 0, i))).collect();
-        round_trip_plain(&mut drv, qp, &frames);
-        tally[usize::from(qp)].add(&frames);
+        round_trip_tallied(&mut drv, qp, &frames, &mut tally[usize::from(qp)]);
     }
     // 30 receive buffers per pair are still posted across the reconnect.
     drv.reconnect(echo.socket()).expect("reconnect");
@@ -54,8 +53,7 @@ fn reconnect_resumes_the_rings_where_they_were() {
     for qp in 0..2 {
         assert_eq!(drv.in_flight(qp, true), 30);
         let frames: Vec<Vec<u8>> = (0..10).map(|i| frame(200 + i, seed(qp, 1, i))).collect();
-        round_trip_plain(&mut drv, qp, &frames);
-        tally[usize::from(qp)].add(&frames);
+        round_trip_tallied(&mut drv, qp, &frames, &mut tally[usize::from(qp)]);
         // The indices carried over: 20 used on each ring, no buffer skipped or reused.
         assert_eq!(drv.used_idx(qp, false).unwrap(), 20);
         assert_eq!(drv.used_idx(qp, true).unwrap(), 20);
@@ -249,8 +247,7 @@ fn get_vring_base_stops_the_ring_and_resume_continues() {
     let first: Vec<Vec<u8>> = (0..10)
         .map(|i| frame(60 + 100 * i, seed(0, 0, i)))
         .collect();
-    round_trip_plain(&mut drv, 0, &first);
-    tally.add(&first);
+    round_trip_tallied(&mut drv, 0, &first, &mut tally);
 
     let (rx, tx) = (
         drv.vring_index(0, true).unwrap(),
@@ -288,8 +285,7 @@ fn get_vring_base_stops_the_ring_and_resume_continues() {
     tally.add(&queued);
 
     let more: Vec<Vec<u8>> = (0..10).map(|i| frame(4000, seed(0, 2, i))).collect();
-    round_trip_plain(&mut drv, 0, &more);
-    tally.add(&more);
+    round_trip_tallied(&mut drv, 0, &more, &mut tally);
     assert_eq!(drv.get_vring_base(tx).expect("GET_VRING_BASE"), 25);
     stop_clean(echo, &drv, tally, "stop and resume");
 }
@@ -301,8 +297,7 @@ fn vring_disable_and_enable_keeps_the_indices() {
     let mut tally = Tally::default();
     refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let first: Vec<Vec<u8>> = (0..7).map(|i| frame(90 + i, seed(0, 0, i))).collect();
-    round_trip_plain(&mut drv, 0, &first);
-    tally.add(&first);
+    round_trip_tallied(&mut drv, 0, &first, &mut tally);
     drv.set_pair_enabled(0, false).expect("SET_VRING_ENABLE 0");
     let queued: Vec<Vec<u8>> = (0..3).map(|i| frame(1514, seed(0, 1, i))).collect();
     let hdr = drv.zero_hdr();
@@ -320,8 +315,7 @@ fn vring_disable_and_enable_keeps_the_indices() {
     }
     assert_eq!(drv.tx_completions_until(0, 3, TIMEOUT).len(), 3);
     tally.add(&queued);
-    round_trip_plain(&mut drv, 0, &first);
-    tally.add(&first);
+    round_trip_tallied(&mut drv, 0, &first, &mut tally);
     assert_eq!(drv.used_idx(0, false).unwrap(), 17);
     assert_eq!(drv.used_idx(0, true).unwrap(), 17);
     stop_clean(echo, &drv, tally, "disable and enable");

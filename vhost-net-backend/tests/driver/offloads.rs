@@ -153,7 +153,6 @@ fn packed_rings_are_offered_the_driver_uses_split_rings() {
     let mut tally = [Tally::default()];
     refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let frames: Vec<Vec<u8>> = (0..32).map(|i| frame(60 + 40 * i, seed(0, 0, i))).collect();
-    round_trip_plain(&mut drv, 0, &frames);
-    tally[0].add(&frames);
+    round_trip_tallied(&mut drv, 0, &frames, &mut tally[0]);
     stop_clean(echo, &drv, tally[0], "in order");
 }

@@ -232,8 +232,7 @@ fn ring_indices_wrap_past_65536() {
         let frames: Vec<Vec<u8>> = (0..BATCH)
             .map(|i| frame(60 + i, seed(0, batch, i)))
             .collect();
-        round_trip_plain(&mut drv, 0, &frames);
-        tally.add(&frames);
+        round_trip_tallied(&mut drv, 0, &frames, &mut tally);
         batch += 1;
     }
     let total = tally.frames as usize;
@@ -354,8 +353,7 @@ fn extreme_queue_sizes() {
                 RxLayout::Single,
             );
             let frames = vec![frame(SIZES[i % SIZES.len()], seed(0, 0, i))];
-            round_trip_plain(&mut drv, 0, &frames);
-            tally.add(&frames);
+            round_trip_tallied(&mut drv, 0, &frames, &mut tally);
         }
         assert_no_violations(&drv);
         let c = echo.stop();
@@ -371,8 +369,7 @@ fn event_idx_used_event_suppresses_interrupts() {
     refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let mut tally = Tally::default();
     let first = vec![frame(60, 1)];
-    round_trip_plain(&mut drv, 0, &first);
-    tally.add(&first);
+    round_trip_tallied(&mut drv, 0, &first, &mut tally);
     // Counted: its interrupt was sent too.
     echo.settle(0, 1, 1);
 
@@ -424,8 +421,7 @@ fn no_interrupt_flag_suppresses_interrupts_without_event_idx() {
     let notified = echo.counters(0).rx.notifications;
     let frames: Vec<Vec<u8>> = (0..8).map(|i| frame(200 + i, seed(0, 0, i))).collect();
     // round_trip polls the used ring, so it does not need the interrupts.
-    round_trip_plain(&mut drv, 0, &frames);
-    tally.add(&frames);
+    round_trip_tallied(&mut drv, 0, &frames, &mut tally);
     let c = echo.settle(0, 8, 8);
     assert!(
         !drv.take_call(0, true),
