@@ -373,6 +373,15 @@ pub(crate) fn serving(name: &str, opts: DriverOpts) -> (Echo, TestDriver, [Tally
     (echo, drv, tally)
 }
 
+/// A port `name` with the default configuration and a default driver connected to it, with 64
+/// receive buffers of 2 KiB posted on pair 0.
+pub(crate) fn with_rx_buffers(name: &str) -> (Echo, TestDriver) {
+    let echo = Echo::server(name, |_| {});
+    let mut drv = echo.connect(DriverOpts::default());
+    refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
+    (echo, drv)
+}
+
 /// Options for a driver that uses two queue pairs.
 pub(crate) fn two_pairs() -> DriverOpts {
     DriverOpts {

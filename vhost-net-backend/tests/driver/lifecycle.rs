@@ -240,10 +240,8 @@ fn memory_removed_under_buffers_in_flight() {
 
 #[test]
 fn get_vring_base_stops_the_ring_and_resume_continues() {
-    let echo = Echo::server("vring-base", |_| {});
-    let mut drv = echo.connect(DriverOpts::default());
+    let (echo, mut drv) = with_rx_buffers("vring-base");
     let mut tally = Tally::default();
-    refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let first: Vec<Vec<u8>> = (0..10)
         .map(|i| frame(60 + 100 * i, seed(0, 0, i)))
         .collect();
@@ -292,10 +290,8 @@ fn get_vring_base_stops_the_ring_and_resume_continues() {
 
 #[test]
 fn vring_disable_and_enable_keeps_the_indices() {
-    let echo = Echo::server("enable", |_| {});
-    let mut drv = echo.connect(DriverOpts::default());
+    let (echo, mut drv) = with_rx_buffers("enable");
     let mut tally = Tally::default();
-    refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let first: Vec<Vec<u8>> = (0..7).map(|i| frame(90 + i, seed(0, 0, i))).collect();
     round_trip_tallied(&mut drv, 0, &first, &mut tally);
     drv.set_pair_enabled(0, false).expect("SET_VRING_ENABLE 0");

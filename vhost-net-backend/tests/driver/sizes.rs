@@ -363,10 +363,8 @@ fn extreme_queue_sizes() {
 
 #[test]
 fn event_idx_used_event_suppresses_interrupts() {
-    let echo = Echo::server("used-event", |_| {});
-    let mut drv = echo.connect(DriverOpts::default());
+    let (echo, mut drv) = with_rx_buffers("used-event");
     assert_ne!(drv.acked_features() & bits::EVENT_IDX, 0);
-    refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let mut tally = Tally::default();
     let first = vec![frame(60, 1)];
     round_trip_tallied(&mut drv, 0, &first, &mut tally);
