@@ -126,6 +126,9 @@ fn expect_raw_tx_drop(echo: &Echo, drv: &mut TestDriver, qp: u16, head: u16, rea
     assert_eq!(after.drops_for(reason), before.drops_for(reason) + 1);
 }
 
+/// A raw descriptor of pair 0's TX ring as written: `(index, addr, len, flags, next)`.
+type Desc = (u16, u64, u32, u16, u16);
+
 /// `N` raw descriptors of pair 0's TX ring.
 fn reserve_tx<const N: usize>(drv: &mut TestDriver) -> [u16; N] {
     std::array::from_fn(|_| drv.reserve_desc(0, false).expect("descriptor"))
@@ -134,12 +137,7 @@ fn reserve_tx<const N: usize>(drv: &mut TestDriver) -> [u16; N] {
 /// Writes `descs` (`(index, addr, len, flags, next)`) into pair 0's TX descriptor table and
 /// expects the chain that starts at the first to be dropped for `reason`
 /// ([`expect_raw_tx_drop`]).
-fn expect_chain_drop(
-    echo: &Echo,
-    drv: &mut TestDriver,
-    descs: &[(u16, u64, u32, u16, u16)],
-    reason: DropReason,
-) {
+fn expect_chain_drop(echo: &Echo, drv: &mut TestDriver, descs: &[Desc], reason: DropReason) {
     for &(d, addr, len, flags, next) in descs {
         drv.write_desc(0, false, d, addr, len, flags, next)
             .expect("write desc");
@@ -178,46 +176,42 @@ fn hostile_descriptors_outside_guest_memory() {
     release_then_epilogue(echo, drv, &[d, d2], &[(DropReason::BadAddress, 5)]);
 }
 
-#[test]
-fn hostile_descriptor_loop() {
-    let (echo, mut drv) = hostile_setup("h-loop");
+/// Raw chains over two descriptors `a` and `b` of pair 0's TX ring, each dropped as a bad
+/// descriptor in turn; `chains(a, b, gpa, len)` builds them, `(gpa, len)` being a readable
+/// buffer ([`tx_buffer`]). Then [`release_then_epilogue`].
+fn bad_chains_of_two(name: &str, chains: impl FnOnce(u16, u16, u64, u32) -> Vec<Vec<Desc>>) {
+    let (echo, mut drv) = hostile_setup(name);
     let (gpa, len) = tx_buffer(&mut drv);
     let [a, b] = reserve_tx(&mut drv);
-    // a -> b -> a -> ...: a loop of real buffers.
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(a, gpa, len, DESC_F_NEXT, b), (b, gpa, len, DESC_F_NEXT, a)],
-        DropReason::BadDescriptor,
-    );
-    // A descriptor that points at itself.
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(a, gpa, len, DESC_F_NEXT, a)],
-        DropReason::BadDescriptor,
-    );
-    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
+    let chains = chains(a, b, gpa, len);
+    for chain in &chains {
+        expect_chain_drop(&echo, &mut drv, chain, DropReason::BadDescriptor);
+    }
+    let drops = chains.len() as u64;
+    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, drops)]);
+}
+
+#[test]
+fn hostile_descriptor_loop() {
+    bad_chains_of_two("h-loop", |a, b, gpa, len| {
+        vec![
+            // a -> b -> a -> ...: a loop of real buffers.
+            vec![(a, gpa, len, DESC_F_NEXT, b), (b, gpa, len, DESC_F_NEXT, a)],
+            // A descriptor that points at itself.
+            vec![(a, gpa, len, DESC_F_NEXT, a)],
+        ]
+    });
 }
 
 #[test]
 fn hostile_descriptor_loop_of_empty_buffers() {
-    let (echo, mut drv) = hostile_setup("h-loop0");
-    let [a, b] = reserve_tx(&mut drv);
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(a, 0, 0, DESC_F_NEXT, b), (b, 0, 0, DESC_F_NEXT, a)],
-        DropReason::BadDescriptor,
-    );
-    // A `next` outside the ring.
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(a, 0, 0, DESC_F_NEXT, 4096)],
-        DropReason::BadDescriptor,
-    );
-    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
+    bad_chains_of_two("h-loop0", |a, b, _, _| {
+        vec![
+            vec![(a, 0, 0, DESC_F_NEXT, b), (b, 0, 0, DESC_F_NEXT, a)],
+            // A `next` outside the ring.
+            vec![(a, 0, 0, DESC_F_NEXT, 4096)],
+        ]
+    });
 }
 
 #[test]
@@ -237,22 +231,12 @@ fn hostile_head_index_out_of_range() {
 
 #[test]
 fn hostile_writable_buffer_in_a_tx_chain() {
-    let (echo, mut drv) = hostile_setup("h-write");
-    let (gpa, len) = tx_buffer(&mut drv);
-    let [a, b] = reserve_tx(&mut drv);
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(a, gpa, len, DESC_F_WRITE, 0)],
-        DropReason::BadDescriptor,
-    );
-    expect_chain_drop(
-        &echo,
-        &mut drv,
-        &[(a, gpa, len, DESC_F_NEXT, b), (b, gpa, 64, DESC_F_WRITE, 0)],
-        DropReason::BadDescriptor,
-    );
-    release_then_epilogue(echo, drv, &[a, b], &[(DropReason::BadDescriptor, 2)]);
+    bad_chains_of_two("h-write", |a, b, gpa, len| {
+        vec![
+            vec![(a, gpa, len, DESC_F_WRITE, 0)],
+            vec![(a, gpa, len, DESC_F_NEXT, b), (b, gpa, 64, DESC_F_WRITE, 0)],
+        ]
+    });
 }
 
 #[test]
