@@ -1670,34 +1670,54 @@ pub fn feature_names(bits: u64) -> Vec<&'static str> {
 mod tests {
     use super::*;
 
-    const PORT_STATS: &str = "show port stats all
-
-  ######################## NIC statistics for port 0  ########################
-  RX-packets: 1234       RX-missed: 5          RX-bytes:  78976
-  RX-errors: 6
-  RX-nombuf:  7         
-  TX-packets: 512        TX-errors: 8          TX-bytes:  32768
-
-  Throughput (since last show)
-  Rx-pps:      9999999          Rx-bps:   5119999488
-  Tx-pps:            3          Tx-bps:            4
-  ############################################################################
-
-  ######################## NIC statistics for port 1  ########################
-  RX-packets: 1          RX-missed: 0          RX-bytes:  64
-  RX-errors: 0
-  RX-nombuf:  0         
-  TX-packets: 2          TX-errors: 0          TX-bytes:  128
+    /// One port's block of `show port stats`, laid out as testpmd prints it; `c` holds
+    /// RX-packets, RX-missed, RX-bytes, RX-errors, RX-nombuf, TX-packets, TX-errors, TX-bytes,
+    /// Rx-pps, Rx-bps, Tx-pps and Tx-bps.
+    fn nic_block(port: u16, c: [u64; 12]) -> String {
+        let [rp, rm, rb, re, rn, tp, te, tb, rpps, rbps, tpps, tbps] = c;
+        format!(
+            "  ######################## NIC statistics for port {port}  ########################
+  RX-packets: {rp:<11}RX-missed: {rm:<11}RX-bytes:  {rb}
+  RX-errors: {re}
+  RX-nombuf:  {rn:<10}
+  TX-packets: {tp:<11}TX-errors: {te:<11}TX-bytes:  {tb}
 
   Throughput (since last show)
-  Rx-pps:            1          Rx-bps:            0
-  Tx-pps:            0          Tx-bps:            0
+  Rx-pps: {rpps:>12}          Rx-bps: {rbps:>12}
+  Tx-pps: {tpps:>12}          Tx-bps: {tbps:>12}
   ############################################################################
-";
+"
+        )
+    }
+
+    /// The output of `show port stats all` for two ports.
+    fn port_stats_text() -> String {
+        format!(
+            "show port stats all\n\n{}\n{}",
+            nic_block(
+                0,
+                [
+                    1234,
+                    5,
+                    78976,
+                    6,
+                    7,
+                    512,
+                    8,
+                    32768,
+                    9_999_999,
+                    5_119_999_488,
+                    3,
+                    4
+                ]
+            ),
+            nic_block(1, [1, 0, 64, 0, 0, 2, 0, 128, 1, 0, 0, 0])
+        )
+    }
 
     #[test]
     fn parses_port_stats() {
-        let s = parse_port_stats(PORT_STATS);
+        let s = parse_port_stats(&port_stats_text());
         assert_eq!(s.len(), 2);
         assert_eq!(
             s[0],
