@@ -21,7 +21,7 @@ pub mod wire;
 /// with `--include-ignored`), one per `name => call;` line: tests that run
 /// one shared body with their own arguments, e.g. once per uplink kind.
 ///
-/// ```ignore
+/// ```text
 /// vhu_tests::ignored_tests! {
 ///     "needs root: run scripts/test.sh";
 ///     rx_from_peer_native => rx_from_peer(Attach::Native);
