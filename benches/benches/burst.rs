@@ -43,36 +43,44 @@ fn ring_name(packed: bool) -> &'static str {
     }
 }
 
+/// The (packed ring, frame size, burst) points of the TX and echo benches, split rings
+/// first, with the name of each: `<ring>_<size>B/<burst>`.
+fn points() -> impl Iterator<Item = (bool, usize, usize, BenchmarkId)> {
+    [false, true].into_iter().flat_map(|packed| {
+        SIZES.into_iter().flat_map(move |size| {
+            BURSTS.into_iter().map(move |burst| {
+                let id = BenchmarkId::new(format!("{}_{size}B", ring_name(packed)), burst);
+                (packed, size, burst, id)
+            })
+        })
+    })
+}
+
 fn dequeue(c: &mut Criterion) {
     let mut g = c.benchmark_group("guest_tx_dequeue");
-    for packed in [false, true] {
-        for size in SIZES {
-            for burst in BURSTS {
-                let frame = vec![0x5au8; size];
-                let mut lg = guest(packed, true, size);
-                g.throughput(Throughput::Elements(burst as u64));
-                let id = BenchmarkId::new(format!("{}_{size}B", ring_name(packed)), burst);
-                g.bench_function(id, |b| {
-                    b.iter_custom(|iters| {
-                        let mut t = Duration::ZERO;
-                        let mut buf = [0u8; 64];
-                        for _ in 0..iters {
-                            assert_eq!(lg.post_tx(&frame, burst), burst);
-                            let s = Instant::now();
-                            let n = lg.qp.tx.recv_burst(burst, |f| {
-                                // Read what a switch reads: the private head.
-                                buf[..f.head().len()].copy_from_slice(f.head());
-                            });
-                            t += s.elapsed();
-                            assert_eq!(n, burst);
-                            assert_eq!(lg.reap_tx(), burst);
-                        }
-                        std::hint::black_box(buf);
-                        t
-                    })
-                });
-            }
-        }
+    for (packed, size, burst, id) in points() {
+        let frame = vec![0x5au8; size];
+        let mut lg = guest(packed, true, size);
+        g.throughput(Throughput::Elements(burst as u64));
+        g.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                let mut t = Duration::ZERO;
+                let mut buf = [0u8; 64];
+                for _ in 0..iters {
+                    assert_eq!(lg.post_tx(&frame, burst), burst);
+                    let s = Instant::now();
+                    let n = lg.qp.tx.recv_burst(burst, |f| {
+                        // Read what a switch reads: the private head.
+                        buf[..f.head().len()].copy_from_slice(f.head());
+                    });
+                    t += s.elapsed();
+                    assert_eq!(n, burst);
+                    assert_eq!(lg.reap_tx(), burst);
+                }
+                std::hint::black_box(buf);
+                t
+            })
+        });
     }
     g.finish();
 }
@@ -126,41 +134,36 @@ fn enqueue(c: &mut Criterion) {
 
 fn echo(c: &mut Criterion) {
     let mut g = c.benchmark_group("echo_loop");
-    for packed in [false, true] {
-        for size in SIZES {
-            for burst in BURSTS {
-                let frame = vec![0x3cu8; size];
-                let mut lg = guest(packed, true, size);
-                let per_frame = (size + 12).div_ceil(2048);
-                g.throughput(Throughput::Elements(burst as u64));
-                let id = BenchmarkId::new(format!("{}_{size}B", ring_name(packed)), burst);
-                g.bench_function(id, |b| {
-                    b.iter_custom(|iters| {
-                        let mut t = Duration::ZERO;
-                        for _ in 0..iters {
-                            assert_eq!(lg.post_tx(&frame, burst), burst);
-                            assert_eq!(lg.post_rx(burst * per_frame), burst * per_frame);
-                            let s = Instant::now();
-                            let qp = &mut lg.qp;
-                            let mut rx = qp.rx.burst();
-                            let n = qp.tx.recv_burst(burst, |f| {
-                                let head = f.head_mut();
-                                let (dst, src) = head.split_at_mut(6);
-                                dst.swap_with_slice(&mut src[..6]);
-                                let hdr = *f.hdr();
-                                rx.push(&hdr, f).expect("room");
-                            });
-                            drop(rx);
-                            t += s.elapsed();
-                            assert_eq!(n, burst);
-                            assert_eq!(lg.reap_tx(), burst);
-                            assert_eq!(lg.reap_rx().0, burst * per_frame);
-                        }
-                        t
-                    })
-                });
-            }
-        }
+    for (packed, size, burst, id) in points() {
+        let frame = vec![0x3cu8; size];
+        let mut lg = guest(packed, true, size);
+        let per_frame = (size + 12).div_ceil(2048);
+        g.throughput(Throughput::Elements(burst as u64));
+        g.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                let mut t = Duration::ZERO;
+                for _ in 0..iters {
+                    assert_eq!(lg.post_tx(&frame, burst), burst);
+                    assert_eq!(lg.post_rx(burst * per_frame), burst * per_frame);
+                    let s = Instant::now();
+                    let qp = &mut lg.qp;
+                    let mut rx = qp.rx.burst();
+                    let n = qp.tx.recv_burst(burst, |f| {
+                        let head = f.head_mut();
+                        let (dst, src) = head.split_at_mut(6);
+                        dst.swap_with_slice(&mut src[..6]);
+                        let hdr = *f.hdr();
+                        rx.push(&hdr, f).expect("room");
+                    });
+                    drop(rx);
+                    t += s.elapsed();
+                    assert_eq!(n, burst);
+                    assert_eq!(lg.reap_tx(), burst);
+                    assert_eq!(lg.reap_rx().0, burst * per_frame);
+                }
+                t
+            })
+        });
     }
     g.finish();
 }

@@ -137,13 +137,7 @@ pub fn parse_counters(stdout: &str) -> Result<Vec<QpCounters>, String> {
 ///
 /// If it does not exist, with instructions to build it.
 pub fn echo_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("VHU_ECHO_BIN") {
-        let bin = PathBuf::from(bin);
-        assert!(
-            bin.is_file(),
-            "VHU_ECHO_BIN={} does not exist",
-            bin.display()
-        );
+    if let Some(bin) = crate::bins::from_env("VHU_ECHO_BIN") {
         return bin;
     }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -154,16 +148,12 @@ pub fn echo_bin() -> PathBuf {
         candidates.push(PathBuf::from(dir).join("release/examples/echo"));
     }
     candidates.push(workspace.join("target/release/examples/echo"));
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "the echo example is not built: tried {candidates:?}; run \
-                 `cargo build --release --example echo` (or set VHU_ECHO_BIN)"
-            )
-        })
+    crate::bins::built_example(
+        "echo",
+        &candidates,
+        "cargo build --release --example echo",
+        "VHU_ECHO_BIN",
+    )
 }
 
 /// What echo printed and how it exited.
@@ -188,12 +178,7 @@ impl EchoOutput {
 
 impl std::fmt::Display for EchoOutput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "echo exited with {}\n----- echo stdout -----\n{}----- echo stderr -----\n{}\
-             ----- end of echo output -----",
-            self.status, self.stdout, self.stderr
-        )
+        crate::bins::fmt_output(f, "echo", &self.status, &self.stdout, &self.stderr)
     }
 }
 

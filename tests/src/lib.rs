@@ -6,8 +6,35 @@
 //! project's test command (`scripts/test.sh`) installs every peer and runs them
 //! with `--include-ignored`. A missing peer is a test failure, never a skip.
 
+pub mod bench;
+pub mod bins;
 pub mod echo;
+pub mod features;
 pub mod netns;
 pub mod peers;
 pub mod qemu;
 pub mod testpmd;
+pub mod uplink;
+pub mod wire;
+
+/// Defines `#[test]`s `#[ignore]`d with `$reason` (the end-to-end tests run
+/// with `--include-ignored`), one per `name => call;` line: tests that run
+/// one shared body with their own arguments, e.g. once per uplink kind.
+///
+/// ```text
+/// vhu_tests::ignored_tests! {
+///     "needs root: run scripts/test.sh";
+///     rx_from_peer_native => rx_from_peer(Attach::Native);
+///     rx_from_peer_generic => rx_from_peer(Attach::Generic);
+/// }
+/// ```
+#[macro_export]
+macro_rules! ignored_tests {
+    ($reason:literal; $($name:ident => $call:expr;)*) => {$(
+        #[test]
+        #[ignore = $reason]
+        fn $name() {
+            $call;
+        }
+    )*};
+}

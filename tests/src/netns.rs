@@ -38,7 +38,6 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -712,22 +711,10 @@ impl NsProcess {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        // SAFETY: the closure runs between fork and exec and only calls
-        // async-signal-safe functions (prctl, getppid).
-        unsafe {
-            cmd.pre_exec(|| {
-                // A test process killed without unwinding leaves no peer
-                // behind (`ip netns exec` keeps this across its exec). The
-                // signal follows the thread that spawned the child.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() == 1 {
-                    return Err(std::io::Error::other("parent exited"));
-                }
-                Ok(())
-            });
-        }
+        // A test process killed without unwinding leaves no peer behind
+        // (`ip netns exec` keeps this across its exec). The signal follows
+        // the thread that spawned the child.
+        crate::testpmd::kill_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));

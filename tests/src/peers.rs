@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
 //! The Python programs the end-to-end tests run on the peer side, one file each under
 //! `tests/peers/` (each starts with a docstring: what it does, its arguments). They are
-//! compiled in and run with `python3 -c` (see [`crate::netns::Netns::spawn_python`]).
+//! compiled in and run with `python3 -c` (see [`crate::netns::Netns::spawn_python`]),
+//! or through [`LineOutput`] when a test reads their output line by line.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
 
 /// Captures a number of frames of one EtherType and prints each as hex.
 ///
@@ -57,3 +63,68 @@ pub const UDP_COUNT: &str = include_str!("../peers/udp_count.py");
 ///
 /// `tests/peers/udp_echo.py`.
 pub const UDP_ECHO: &str = include_str!("../peers/udp_echo.py");
+
+/// A peer-side program whose stdout lines arrive on a channel, read by a
+/// thread of its own; the process is killed when this is dropped (only
+/// reached with it still running when a test failed).
+#[derive(Debug)]
+pub struct LineOutput {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl LineOutput {
+    /// Starts `cmd` with its stdout piped to the line channel.
+    ///
+    /// # Panics
+    ///
+    /// If it cannot be started (`what` names it in the message).
+    pub fn spawn(cmd: &mut Command, what: &str) -> Self {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let out = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The next line, waiting up to `timeout`.
+    ///
+    /// # Panics
+    ///
+    /// If none comes in time (`what` names the line in the message).
+    pub fn line(&self, timeout: Duration, what: &str) -> String {
+        self.lines
+            .recv_timeout(timeout)
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"))
+    }
+
+    /// The next line if one has arrived.
+    pub fn try_line(&self) -> Option<String> {
+        self.lines.try_recv().ok()
+    }
+
+    /// Waits for the program to exit; whether it exited 0.
+    ///
+    /// # Panics
+    ///
+    /// If waiting fails.
+    pub fn wait_success(&mut self) -> bool {
+        self.child.wait().expect("exit").success()
+    }
+}
+
+impl Drop for LineOutput {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -722,67 +722,12 @@ pub fn parse_feature_bits(bits: &str) -> u64 {
         .fold(0, |acc, (i, _)| acc | 1 << i)
 }
 
-/// Names of the virtio-net and transport feature bits (virtio 1.2 §5.1.3,
-/// §6), unknown bits as `bit<N>`.
+/// Names of the feature bits set in `features` ([`crate::features`]),
+/// unknown bits as `bit<N>`.
 pub fn feature_names(features: u64) -> Vec<String> {
-    const NAMES: &[(u32, &str)] = &[
-        (0, "CSUM"),
-        (1, "GUEST_CSUM"),
-        (2, "CTRL_GUEST_OFFLOADS"),
-        (3, "MTU"),
-        (5, "MAC"),
-        (6, "GSO"),
-        (7, "GUEST_TSO4"),
-        (8, "GUEST_TSO6"),
-        (9, "GUEST_ECN"),
-        (10, "GUEST_UFO"),
-        (11, "HOST_TSO4"),
-        (12, "HOST_TSO6"),
-        (13, "HOST_ECN"),
-        (14, "HOST_UFO"),
-        (15, "MRG_RXBUF"),
-        (16, "STATUS"),
-        (17, "CTRL_VQ"),
-        (18, "CTRL_RX"),
-        (19, "CTRL_VLAN"),
-        (20, "CTRL_RX_EXTRA"),
-        (21, "GUEST_ANNOUNCE"),
-        (22, "MQ"),
-        (23, "CTRL_MAC_ADDR"),
-        (24, "NOTIFY_ON_EMPTY"),
-        (27, "ANY_LAYOUT"),
-        (28, "RING_INDIRECT_DESC"),
-        (29, "RING_EVENT_IDX"),
-        (32, "VERSION_1"),
-        (33, "ACCESS_PLATFORM"),
-        (34, "RING_PACKED"),
-        (35, "IN_ORDER"),
-        (36, "ORDER_PLATFORM"),
-        (37, "SR_IOV"),
-        (38, "NOTIFICATION_DATA"),
-        (39, "NOTIF_CONFIG_DATA"),
-        (40, "RING_RESET"),
-        (50, "DEVICE_STATS"),
-        (52, "VQ_NOTF_COAL"),
-        (53, "NOTF_COAL"),
-        (54, "GUEST_USO4"),
-        (55, "GUEST_USO6"),
-        (56, "HOST_USO"),
-        (57, "HASH_REPORT"),
-        (59, "GUEST_HDRLEN"),
-        (60, "RSS"),
-        (61, "RSC_EXT"),
-        (62, "STANDBY"),
-        (63, "SPEED_DUPLEX"),
-    ];
     (0..64)
         .filter(|bit| features & (1 << bit) != 0)
-        .map(|bit| {
-            NAMES
-                .iter()
-                .find(|&&(b, _)| b == bit)
-                .map_or_else(|| format!("bit{bit}"), |&(_, n)| n.to_owned())
-        })
+        .map(|bit| crate::features::name(bit).map_or_else(|| format!("bit{bit}"), str::to_owned))
         .collect()
 }
 
@@ -850,6 +795,13 @@ mod tests {
             .collect()
     }
 
+    /// Asserts that each flag of `expected` stands once in `args`, before its value.
+    fn assert_args(args: &[OsString], expected: &[(&str, &str)]) {
+        for &(flag, value) in expected {
+            assert_eq!(arg_after(args, flag), [value], "{flag}");
+        }
+    }
+
     #[test]
     fn multiqueue_server_args() {
         let opts = GuestOpts {
@@ -861,26 +813,22 @@ mod tests {
             ..GuestOpts::new("/tmp/a,b.sock")
         };
         let args = qemu_args(&opts, &fake_peers());
-        assert_eq!(
-            arg_after(&args, "-chardev"),
-            ["socket,id=c0,path=/tmp/a,,b.sock,server=on,wait=off"]
-        );
-        assert_eq!(
-            arg_after(&args, "-netdev"),
-            ["vhost-user,id=n0,chardev=c0,queues=2"]
-        );
-        assert_eq!(
-            arg_after(&args, "-device"),
-            ["virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56,mq=on,vectors=6,packed=on"]
-        );
-        assert_eq!(arg_after(&args, "-smp"), ["2"]);
-        assert_eq!(
-            arg_after(&args, "-object"),
-            ["memory-backend-memfd,id=mem,size=256M,share=on"]
-        );
-        assert_eq!(
-            arg_after(&args, "-append"),
-            ["console=ttyS0 quiet panic=-1 vhu.test=ping"]
+        assert_args(
+            &args,
+            &[
+                (
+                    "-chardev",
+                    "socket,id=c0,path=/tmp/a,,b.sock,server=on,wait=off",
+                ),
+                ("-netdev", "vhost-user,id=n0,chardev=c0,queues=2"),
+                (
+                    "-device",
+                    "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56,mq=on,vectors=6,packed=on",
+                ),
+                ("-smp", "2"),
+                ("-object", "memory-backend-memfd,id=mem,size=256M,share=on"),
+                ("-append", "console=ttyS0 quiet panic=-1 vhu.test=ping"),
+            ],
         );
     }
 
@@ -891,13 +839,12 @@ mod tests {
             ..GuestOpts::new("/tmp/s")
         };
         let args = qemu_args(&opts, &fake_peers());
-        assert_eq!(
-            arg_after(&args, "-chardev"),
-            ["socket,id=c0,path=/tmp/s,reconnect-ms=1000"]
-        );
-        assert_eq!(
-            arg_after(&args, "-device"),
-            ["virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56"]
+        assert_args(
+            &args,
+            &[
+                ("-chardev", "socket,id=c0,path=/tmp/s,reconnect-ms=1000"),
+                ("-device", "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56"),
+            ],
         );
     }
 

@@ -109,13 +109,7 @@ pub fn unique_prefix(role: &str) -> String {
 ///
 /// If it cannot be found: install the peers with `scripts/install-peers.sh`.
 pub fn testpmd_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("VHU_TESTPMD_BIN") {
-        let bin = PathBuf::from(bin);
-        assert!(
-            bin.is_file(),
-            "VHU_TESTPMD_BIN={} does not exist",
-            bin.display()
-        );
+    if let Some(bin) = crate::bins::from_env("VHU_TESTPMD_BIN") {
         return bin;
     }
     find_in_path("dpdk-testpmd").unwrap_or_else(|| {
@@ -285,6 +279,79 @@ impl Lcores {
     }
 }
 
+/// What both roles set the same way: queues, memory, forwarding, rings,
+/// mbufs, file prefix, CPUs, extra arguments.
+#[derive(Debug, Clone)]
+pub struct PortOpts {
+    /// Queue pairs: the vdev's `queues=` and testpmd's `--rxq`/`--txq`.
+    pub queues: u16,
+    /// `false`: `--no-huge -m 1024` (memfd-backed 4 KiB pages);
+    /// `true`: hugepages, with `--single-file-segments` for the frontend
+    /// (without it virtio-user fails with "Too many memory regions") and
+    /// `--huge-unlink` for the vhost backend.
+    pub hugepages: bool,
+    /// `--forward-mode` (`mac` swaps nothing, it rewrites the MACs to the
+    /// port's and the peer's, so frames loop through the backend forever).
+    pub forward_mode: String,
+    /// `--txd`: TX descriptors (for the frontend at most
+    /// [`FrontendOpts::queue_size`]).
+    pub txd: u16,
+    /// `--rxd`: RX descriptors (for the frontend at most
+    /// [`FrontendOpts::queue_size`]).
+    pub rxd: u16,
+    /// `--total-num-mbufs`.
+    pub nb_mbufs: u32,
+    /// `--file-prefix`; unique per run by default ([`unique_prefix`]).
+    pub file_prefix: String,
+    /// CPU placement: [`Lcores::FRONTEND`] or [`Lcores::BACKEND`] by default.
+    pub lcores: Lcores,
+    /// Extra EAL arguments (before `--`).
+    pub extra_eal_args: Vec<String>,
+    /// Extra testpmd arguments (after `--`).
+    pub extra_args: Vec<String>,
+}
+
+impl PortOpts {
+    /// One queue pair, no hugepages, 1024 descriptors per ring.
+    fn new(forward_mode: &str, nb_mbufs: u32, role: &str, lcores: Lcores) -> Self {
+        Self {
+            queues: 1,
+            hugepages: false,
+            forward_mode: forward_mode.into(),
+            txd: 1024,
+            rxd: 1024,
+            nb_mbufs,
+            file_prefix: unique_prefix(role),
+            lcores,
+            extra_eal_args: Vec::new(),
+            extra_args: Vec::new(),
+        }
+    }
+
+    /// The EAL arguments up to the role's own: CPUs, memory, file prefix.
+    fn eal_args(&self, frontend: bool) -> Vec<String> {
+        let mut a = self.lcores.eal_args();
+        a.extend(["-n".into(), "1".into(), "--no-pci".into()]);
+        a.extend(memory_args(self.hugepages, frontend));
+        a.push(format!("--file-prefix={}", self.file_prefix));
+        a
+    }
+
+    /// Appends the extra EAL arguments, the vdev, `-- -i` and the testpmd
+    /// arguments both roles take.
+    fn push_vdev_and_app_args(&self, a: &mut Vec<String>, vdev: String) {
+        a.extend(self.extra_eal_args.iter().cloned());
+        a.extend(["--vdev".into(), vdev, "--".into(), "-i".into()]);
+        a.extend(app_args(
+            &self.forward_mode,
+            self.queues,
+            self.txd,
+            self.rxd,
+            self.nb_mbufs,
+        ));
+    }
+}
+
 /// How testpmd runs as a virtio-user frontend on a vhost-user socket.
 ///
 /// The defaults ([`FrontendOpts::new`]) are `ENVIRONMENT.md`'s recipe:
@@ -294,8 +361,6 @@ impl Lcores {
 pub struct FrontendOpts {
     /// The vhost-user socket.
     pub socket: PathBuf,
-    /// Queue pairs: the vdev's `queues=` and testpmd's `--rxq`/`--txq`.
-    pub queues: u16,
     /// `server=1`: testpmd creates the socket and the backend connects as a
     /// client. testpmd then blocks in EAL init until the backend connects.
     pub server: bool,
@@ -309,33 +374,15 @@ pub struct FrontendOpts {
     /// virtio-user's default, **256**, and `--txd`/`--rxd` above it are
     /// silently clamped to it (the anchor figures ran with 256-entry rings).
     pub queue_size: Option<u16>,
-    /// `false`: `--no-huge -m 1024` (memfd-backed 4 KiB pages);
-    /// `true`: hugepages with `--single-file-segments` (without it
-    /// virtio-user fails with "Too many memory regions").
-    pub hugepages: bool,
-    /// `--forward-mode` (`mac` swaps nothing, it rewrites the MACs to the
-    /// port's and the peer's, so frames loop through the backend forever).
-    pub forward_mode: String,
-    /// `--txd`: TX descriptors (at most [`FrontendOpts::queue_size`]).
-    pub txd: u16,
-    /// `--rxd`: RX descriptors (at most [`FrontendOpts::queue_size`]).
-    pub rxd: u16,
-    /// `--total-num-mbufs`.
-    pub nb_mbufs: u32,
-    /// `--file-prefix`; unique per run by default ([`unique_prefix`]).
-    pub file_prefix: String,
-    /// CPU placement; [`Lcores::FRONTEND`] by default.
-    pub lcores: Lcores,
     /// `--txpkts`: the frame length of `start tx_first` (L2, without FCS);
     /// unset: testpmd's default, 64 bytes.
     pub pkt_len: Option<u16>,
     /// Log the virtio PMD's init at debug level, which prints the feature
     /// bits it negotiated ([`Testpmd::negotiated_features`]).
     pub log_features: bool,
-    /// Extra EAL arguments (before `--`).
-    pub extra_eal_args: Vec<String>,
-    /// Extra testpmd arguments (after `--`).
-    pub extra_args: Vec<String>,
+    /// What both roles set: `mac` forwarding, 16384 mbufs,
+    /// [`Lcores::FRONTEND`] by default.
+    pub port: PortOpts,
 }
 
 impl FrontendOpts {
@@ -343,23 +390,14 @@ impl FrontendOpts {
     pub fn new(socket: impl Into<PathBuf>) -> Self {
         Self {
             socket: socket.into(),
-            queues: 1,
             server: false,
             mrg_rxbuf: None,
             packed_vq: None,
             in_order: None,
             queue_size: None,
-            hugepages: false,
-            forward_mode: "mac".into(),
-            txd: 1024,
-            rxd: 1024,
-            nb_mbufs: 16384,
-            file_prefix: unique_prefix("fe"),
-            lcores: Lcores::FRONTEND,
             pkt_len: None,
             log_features: true,
-            extra_eal_args: Vec::new(),
-            extra_args: Vec::new(),
+            port: PortOpts::new("mac", 16384, "fe", Lcores::FRONTEND),
         }
     }
 
@@ -368,7 +406,7 @@ impl FrontendOpts {
         let mut v = format!(
             "net_virtio_user0,path={},queues={}",
             vdev_path(&self.socket),
-            self.queues
+            self.port.queues
         );
         if self.server {
             v.push_str(",server=1");
@@ -390,26 +428,15 @@ impl FrontendOpts {
 
     /// The full argument list after the binary.
     pub fn args(&self) -> Vec<String> {
-        let mut a = self.lcores.eal_args();
-        a.extend(["-n".into(), "1".into(), "--no-pci".into()]);
-        a.extend(memory_args(self.hugepages, true));
-        a.push(format!("--file-prefix={}", self.file_prefix));
+        let mut a = self.port.eal_args(true);
         if self.log_features {
             a.push("--log-level=pmd.net.virtio.init:debug".into());
         }
-        a.extend(self.extra_eal_args.iter().cloned());
-        a.extend(["--vdev".into(), self.vdev(), "--".into(), "-i".into()]);
-        a.extend(app_args(
-            &self.forward_mode,
-            self.queues,
-            self.txd,
-            self.rxd,
-            self.nb_mbufs,
-        ));
+        self.port.push_vdev_and_app_args(&mut a, self.vdev());
         if let Some(len) = self.pkt_len {
             a.push(format!("--txpkts={len}"));
         }
-        a.extend(self.extra_args.iter().cloned());
+        a.extend(self.port.extra_args.iter().cloned());
         a
     }
 }
@@ -425,29 +452,12 @@ impl FrontendOpts {
 pub struct VhostBackendOpts {
     /// The vhost-user socket (`iface=`).
     pub socket: PathBuf,
-    /// Queue pairs: the vdev's `queues=` and testpmd's `--rxq`/`--txq`.
-    pub queues: u16,
     /// `client=1`: connect to a socket the frontend created (with
     /// reconnection); otherwise create it.
     pub client: bool,
-    /// `false`: `--no-huge -m 1024`; `true`: hugepages with `--huge-unlink`.
-    pub hugepages: bool,
-    /// `--forward-mode`.
-    pub forward_mode: String,
-    /// `--txd`.
-    pub txd: u16,
-    /// `--rxd`.
-    pub rxd: u16,
-    /// `--total-num-mbufs`.
-    pub nb_mbufs: u32,
-    /// `--file-prefix`; unique per run by default.
-    pub file_prefix: String,
-    /// CPU placement; [`Lcores::BACKEND`] by default.
-    pub lcores: Lcores,
-    /// Extra EAL arguments (before `--`).
-    pub extra_eal_args: Vec<String>,
-    /// Extra testpmd arguments (after `--`).
-    pub extra_args: Vec<String>,
+    /// What both roles set: `io` forwarding, 32768 mbufs,
+    /// [`Lcores::BACKEND`] by default.
+    pub port: PortOpts,
 }
 
 impl VhostBackendOpts {
@@ -455,17 +465,8 @@ impl VhostBackendOpts {
     pub fn new(socket: impl Into<PathBuf>) -> Self {
         Self {
             socket: socket.into(),
-            queues: 1,
             client: false,
-            hugepages: false,
-            forward_mode: "io".into(),
-            txd: 1024,
-            rxd: 1024,
-            nb_mbufs: 32768,
-            file_prefix: unique_prefix("vh"),
-            lcores: Lcores::BACKEND,
-            extra_eal_args: Vec::new(),
-            extra_args: Vec::new(),
+            port: PortOpts::new("io", 32768, "vh", Lcores::BACKEND),
         }
     }
 
@@ -474,32 +475,21 @@ impl VhostBackendOpts {
         format!(
             "net_vhost0,iface={},queues={},client={}",
             vdev_path(&self.socket),
-            self.queues,
+            self.port.queues,
             u8::from(self.client)
         )
     }
 
     /// The full argument list after the binary.
     pub fn args(&self) -> Vec<String> {
-        let mut a = self.lcores.eal_args();
-        a.extend(["-n".into(), "1".into(), "--no-pci".into()]);
-        a.extend(memory_args(self.hugepages, false));
-        a.push(format!("--file-prefix={}", self.file_prefix));
+        let mut a = self.port.eal_args(false);
         // The vhost library logs every message from a thread of its own;
         // those lines can land in the middle of the interactive prompt, so
         // keep its config log to warnings.
         a.push("--log-level=lib.vhost.config:warning".into());
-        a.extend(self.extra_eal_args.iter().cloned());
-        a.extend(["--vdev".into(), self.vdev(), "--".into(), "-i".into()]);
-        a.extend(app_args(
-            &self.forward_mode,
-            self.queues,
-            self.txd,
-            self.rxd,
-            self.nb_mbufs,
-        ));
+        self.port.push_vdev_and_app_args(&mut a, self.vdev());
         a.push("--disable-link-check".into());
-        a.extend(self.extra_args.iter().cloned());
+        a.extend(self.port.extra_args.iter().cloned());
         a
     }
 }
@@ -721,6 +711,47 @@ impl std::fmt::Display for Throughput {
     }
 }
 
+/// Whether testpmd's `label` names the counter `field`: the label is the
+/// field's name with `-` for `_`, in either case (`RX-packets`, `Rx-pps`).
+fn is_label_of(label: &str, field: &str) -> bool {
+    label.len() == field.len()
+        && label
+            .bytes()
+            .zip(field.bytes())
+            .all(|(l, f)| l.to_ascii_lowercase() == if f == b'_' { b'-' } else { f })
+}
+
+/// Implements, for a statistics block's struct, storing the numeric fields
+/// of a line in the listed counters ([`is_label_of`]) and adding another
+/// block's counters.
+macro_rules! impl_counters {
+    ($ty:ident: $($field:ident)*) => {
+        impl $ty {
+            /// Stores the numeric fields of `line` in the counters they label.
+            fn set_from(&mut self, line: &str) {
+                for (key, value) in fields(line) {
+                    $(if is_label_of(key, stringify!($field)) {
+                        self.$field = value;
+                    })*
+                }
+            }
+
+            /// Adds `other`'s counters to these.
+            #[allow(dead_code)] // not every block is summed
+            fn add(&mut self, other: &Self) {
+                $(self.$field += other.$field;)*
+            }
+        }
+    };
+}
+
+impl_counters! { PortStats:
+    rx_packets rx_missed rx_bytes rx_errors rx_nombuf tx_packets tx_errors tx_bytes
+    rx_pps rx_bps tx_pps tx_bps
+}
+impl_counters! { StreamStats: rx_packets tx_packets tx_dropped }
+impl_counters! { PortFwdStats: rx_packets rx_dropped rx_total tx_packets tx_dropped tx_total }
+
 /// `Key: value` pairs of a testpmd statistics line, e.g.
 /// `RX-packets: 0   RX-missed: 0   RX-bytes:  0`. Only numeric values count.
 fn fields(line: &str) -> Vec<(&str, u64)> {
@@ -774,23 +805,7 @@ pub fn parse_port_stats(text: &str) -> Vec<PortStats> {
             out.push(cur.take().expect("checked above"));
             continue;
         }
-        for (key, value) in fields(line) {
-            match key {
-                "RX-packets" => s.rx_packets = value,
-                "RX-missed" => s.rx_missed = value,
-                "RX-bytes" => s.rx_bytes = value,
-                "RX-errors" => s.rx_errors = value,
-                "RX-nombuf" => s.rx_nombuf = value,
-                "TX-packets" => s.tx_packets = value,
-                "TX-errors" => s.tx_errors = value,
-                "TX-bytes" => s.tx_bytes = value,
-                "Rx-pps" => s.rx_pps = value,
-                "Rx-bps" => s.rx_bps = value,
-                "Tx-pps" => s.tx_pps = value,
-                "Tx-bps" => s.tx_bps = value,
-                _ => {}
-            }
-        }
+        s.set_from(line);
     }
     out.extend(cur);
     out
@@ -847,56 +862,25 @@ pub fn parse_fwd_stats(text: &str) -> FwdStats {
             continue;
         }
         match block {
-            Some(FwdBlock::Stream(i)) => {
-                let s = &mut st.streams[i];
-                for (key, value) in fields(line) {
-                    match key {
-                        "RX-packets" => s.rx_packets = value,
-                        "TX-packets" => s.tx_packets = value,
-                        "TX-dropped" => s.tx_dropped = value,
-                        _ => {}
-                    }
-                }
-            }
-            Some(FwdBlock::Port(i)) => set_port_fwd(&mut st.ports[i], line),
-            Some(FwdBlock::Total) => set_port_fwd(&mut st.total, line),
+            Some(FwdBlock::Stream(i)) => st.streams[i].set_from(line),
+            Some(FwdBlock::Port(i)) => st.ports[i].set_from(line),
+            Some(FwdBlock::Total) => st.total.set_from(line),
             None => {}
         }
     }
     st
 }
 
-fn set_port_fwd(p: &mut PortFwdStats, line: &str) {
-    for (key, value) in fields(line) {
-        match key {
-            "RX-packets" => p.rx_packets = value,
-            "RX-dropped" => p.rx_dropped = value,
-            "RX-total" => p.rx_total = value,
-            "TX-packets" => p.tx_packets = value,
-            "TX-dropped" => p.tx_dropped = value,
-            "TX-total" => p.tx_total = value,
-            _ => {}
-        }
-    }
-}
-
 /// Sums of the packet and byte counters of several ports (rates included).
 pub fn sum_port_stats(stats: &[PortStats]) -> PortStats {
-    stats.iter().fold(PortStats::default(), |a, s| PortStats {
+    let mut sum = PortStats {
         port: u16::MAX,
-        rx_packets: a.rx_packets + s.rx_packets,
-        rx_missed: a.rx_missed + s.rx_missed,
-        rx_bytes: a.rx_bytes + s.rx_bytes,
-        rx_errors: a.rx_errors + s.rx_errors,
-        rx_nombuf: a.rx_nombuf + s.rx_nombuf,
-        tx_packets: a.tx_packets + s.tx_packets,
-        tx_errors: a.tx_errors + s.tx_errors,
-        tx_bytes: a.tx_bytes + s.tx_bytes,
-        rx_pps: a.rx_pps + s.rx_pps,
-        rx_bps: a.rx_bps + s.rx_bps,
-        tx_pps: a.tx_pps + s.tx_pps,
-        tx_bps: a.tx_bps + s.tx_bps,
-    })
+        ..PortStats::default()
+    };
+    for s in stats {
+        sum.add(s);
+    }
+    sum
 }
 
 // ===== Process plumbing =====
@@ -1129,7 +1113,7 @@ impl Testpmd {
             "testpmd-frontend",
             Role::Frontend,
             opts.args(),
-            &opts.file_prefix,
+            &opts.port.file_prefix,
             &opts.socket,
             opts.server,
         )
@@ -1146,7 +1130,7 @@ impl Testpmd {
             "testpmd-vhost",
             Role::VhostBackend,
             opts.args(),
-            &opts.file_prefix,
+            &opts.port.file_prefix,
             &opts.socket,
             !opts.client,
         )
@@ -1672,44 +1656,10 @@ pub fn start_vhost_backend(opts: &VhostBackendOpts) -> Testpmd {
     be
 }
 
-/// Names of the virtio-net feature bits, for reports.
+/// Names of the known feature bits set in `bits` ([`crate::features`]), for
+/// reports.
 pub fn feature_names(bits: u64) -> Vec<&'static str> {
-    const NAMES: &[(u32, &str)] = &[
-        (0, "CSUM"),
-        (1, "GUEST_CSUM"),
-        (2, "CTRL_GUEST_OFFLOADS"),
-        (3, "MTU"),
-        (5, "MAC"),
-        (7, "GUEST_TSO4"),
-        (8, "GUEST_TSO6"),
-        (9, "GUEST_ECN"),
-        (10, "GUEST_UFO"),
-        (11, "HOST_TSO4"),
-        (12, "HOST_TSO6"),
-        (13, "HOST_ECN"),
-        (14, "HOST_UFO"),
-        (15, "MRG_RXBUF"),
-        (16, "STATUS"),
-        (17, "CTRL_VQ"),
-        (18, "CTRL_RX"),
-        (19, "CTRL_VLAN"),
-        (20, "CTRL_RX_EXTRA"),
-        (21, "GUEST_ANNOUNCE"),
-        (22, "MQ"),
-        (23, "CTRL_MAC_ADDR"),
-        (27, "ANY_LAYOUT"),
-        (28, "RING_INDIRECT_DESC"),
-        (29, "RING_EVENT_IDX"),
-        (30, "VHOST_USER_F_PROTOCOL_FEATURES"),
-        (32, "VERSION_1"),
-        (33, "ACCESS_PLATFORM"),
-        (34, "RING_PACKED"),
-        (35, "IN_ORDER"),
-        (36, "ORDER_PLATFORM"),
-        (37, "SR_IOV"),
-        (38, "NOTIFICATION_DATA"),
-    ];
-    NAMES
+    crate::features::NAMES
         .iter()
         .filter(|(b, _)| bits & (1u64 << b) != 0)
         .map(|&(_, n)| n)
@@ -1720,34 +1670,54 @@ pub fn feature_names(bits: u64) -> Vec<&'static str> {
 mod tests {
     use super::*;
 
-    const PORT_STATS: &str = "show port stats all
-
-  ######################## NIC statistics for port 0  ########################
-  RX-packets: 1234       RX-missed: 5          RX-bytes:  78976
-  RX-errors: 6
-  RX-nombuf:  7         
-  TX-packets: 512        TX-errors: 8          TX-bytes:  32768
-
-  Throughput (since last show)
-  Rx-pps:      9999999          Rx-bps:   5119999488
-  Tx-pps:            3          Tx-bps:            4
-  ############################################################################
-
-  ######################## NIC statistics for port 1  ########################
-  RX-packets: 1          RX-missed: 0          RX-bytes:  64
-  RX-errors: 0
-  RX-nombuf:  0         
-  TX-packets: 2          TX-errors: 0          TX-bytes:  128
+    /// One port's block of `show port stats`, laid out as testpmd prints it; `c` holds
+    /// RX-packets, RX-missed, RX-bytes, RX-errors, RX-nombuf, TX-packets, TX-errors, TX-bytes,
+    /// Rx-pps, Rx-bps, Tx-pps and Tx-bps.
+    fn nic_block(port: u16, c: [u64; 12]) -> String {
+        let [rp, rm, rb, re, rn, tp, te, tb, rpps, rbps, tpps, tbps] = c;
+        format!(
+            "  ######################## NIC statistics for port {port}  ########################
+  RX-packets: {rp:<11}RX-missed: {rm:<11}RX-bytes:  {rb}
+  RX-errors: {re}
+  RX-nombuf:  {rn:<10}
+  TX-packets: {tp:<11}TX-errors: {te:<11}TX-bytes:  {tb}
 
   Throughput (since last show)
-  Rx-pps:            1          Rx-bps:            0
-  Tx-pps:            0          Tx-bps:            0
+  Rx-pps: {rpps:>12}          Rx-bps: {rbps:>12}
+  Tx-pps: {tpps:>12}          Tx-bps: {tbps:>12}
   ############################################################################
-";
+"
+        )
+    }
+
+    /// The output of `show port stats all` for two ports.
+    fn port_stats_text() -> String {
+        format!(
+            "show port stats all\n\n{}\n{}",
+            nic_block(
+                0,
+                [
+                    1234,
+                    5,
+                    78976,
+                    6,
+                    7,
+                    512,
+                    8,
+                    32768,
+                    9_999_999,
+                    5_119_999_488,
+                    3,
+                    4
+                ]
+            ),
+            nic_block(1, [1, 0, 64, 0, 0, 2, 0, 128, 1, 0, 0, 0])
+        )
+    }
 
     #[test]
     fn parses_port_stats() {
-        let s = parse_port_stats(PORT_STATS);
+        let s = parse_port_stats(&port_stats_text());
         assert_eq!(s.len(), 2);
         assert_eq!(
             s[0],
@@ -1858,10 +1828,10 @@ Done.
     #[test]
     fn builds_frontend_args() {
         let mut o = FrontendOpts::new("/tmp/x/s.sock");
-        o.queues = 2;
+        o.port.queues = 2;
         o.server = true;
         o.mrg_rxbuf = Some(false);
-        o.file_prefix = "p".into();
+        o.port.file_prefix = "p".into();
         o.pkt_len = Some(1518);
         let a = o.args().join(" ");
         assert!(
@@ -1873,7 +1843,7 @@ Done.
         assert!(a.contains("--rxq=2 --txq=2"));
         assert!(a.ends_with("--txpkts=1518"));
         let mut b = VhostBackendOpts::new("/tmp/x/s.sock");
-        b.hugepages = true;
+        b.port.hugepages = true;
         b.client = true;
         let a = b.args().join(" ");
         assert!(a.starts_with("-l 1,0 --main-lcore 1 -n 1 --no-pci --huge-unlink"));

@@ -48,9 +48,10 @@ use std::time::{Duration, Instant};
 use vhu_tests::netns::{
     self, Netns, NsProcess, VethPair, ETHTOOL_SGSO, ETHTOOL_SRXCSUM, ETHTOOL_STSO, ETHTOOL_STXCSUM,
 };
-use vhu_tests::peers;
 use vhu_tests::qemu::{self, GuestOpts, GuestRun};
 use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd, LINK_TIMEOUT, READY_TIMEOUT};
+use vhu_tests::uplink::{Kind, PeerEnd};
+use vhu_tests::{bins, peers};
 
 /// The peer's address (guest tests).
 const PEER_IP: &str = "10.0.0.1";
@@ -89,16 +90,12 @@ fn patch_bin() -> PathBuf {
         candidates.push(PathBuf::from(dir).join("release/examples/patch"));
     }
     candidates.push(qemu::workspace_root().join("target/release/examples/patch"));
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "the patch example is not built: tried {candidates:?}; run \
-                 `cargo build --release --examples` (or set VHU_PATCH_BIN)"
-            )
-        })
+    bins::built_example(
+        "patch",
+        &candidates,
+        "cargo build --release --examples",
+        "VHU_PATCH_BIN",
+    )
 }
 
 /// A running `patch`; killed when dropped (its logs are printed if that
@@ -130,12 +127,7 @@ impl PatchOutput {
 
 impl std::fmt::Display for PatchOutput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "patch exited with {}\n----- patch stdout -----\n{}----- patch stderr -----\n{}\
-             ----- end of patch output -----",
-            self.status, self.stdout, self.stderr
-        )
+        bins::fmt_output(f, "patch", &self.status, &self.stdout, &self.stderr)
     }
 }
 
@@ -247,47 +239,6 @@ impl Drop for Patch {
 
 // ===== the peer side =====
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    AfXdp,
-    AfPacket,
-    Tap,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::AfXdp => "af_xdp",
-            Kind::AfPacket => "af_packet",
-            Kind::Tap => "tap",
-        }
-    }
-}
-
-/// The peer's end of the uplink: a veth pair, or a TAP moved into a
-/// namespace.
-enum Link {
-    Veth(VethPair),
-    Tap { ns: Netns, name: String },
-}
-
-impl Link {
-    fn ns(&self) -> &Netns {
-        match self {
-            Link::Veth(v) => v.ns(),
-            Link::Tap { ns, .. } => ns,
-        }
-    }
-
-    /// The interface in the namespace.
-    fn peer_if(&self) -> &str {
-        match self {
-            Link::Veth(v) => v.peer(),
-            Link::Tap { name, .. } => name,
-        }
-    }
-}
-
 /// Sets up the peer for `kind`, starts `patch` on `socket`, and gives the
 /// peer interface `addrs`.
 ///
@@ -297,7 +248,7 @@ impl Link {
 ///   TX checksumming off), so the kernel segments the guest's super-frames
 ///   in software before the veth; the peer verifies checksums.
 /// * TAP: `patch` creates the TAP, the test moves it into the namespace.
-fn attach(kind: Kind, socket: &Path, extra: &[&str], addrs: &[&str]) -> (Link, Patch) {
+fn attach(kind: Kind, socket: &Path, extra: &[&str], addrs: &[&str]) -> (PeerEnd, Patch) {
     let (link, patch) = match kind {
         Kind::AfXdp | Kind::AfPacket => {
             let v = VethPair::new();
@@ -313,7 +264,7 @@ fn attach(kind: Kind, socket: &Path, extra: &[&str], addrs: &[&str]) -> (Link, P
             v.ns().ethtool(v.peer(), &peer_cmds);
             let uplink = format!("{}:{}", kind.name(), v.host());
             let patch = Patch::spawn(socket, &uplink, extra);
-            (Link::Veth(v), patch)
+            (PeerEnd::Veth(v), patch)
         }
         Kind::Tap => {
             let ns = Netns::new();
@@ -329,12 +280,12 @@ fn attach(kind: Kind, socket: &Path, extra: &[&str], addrs: &[&str]) -> (Link, P
             }
             netns::run(&["ip", "link", "set", &name, "netns", ns.name()]);
             ns.exec(&["ip", "link", "set", &name, "up"]);
-            (Link::Tap { ns, name }, patch)
+            (PeerEnd::Tap { ns, name }, patch)
         }
     };
     for a in addrs {
         link.ns()
-            .exec(&["ip", "addr", "add", a, "dev", link.peer_if()]);
+            .exec(&["ip", "addr", "add", a, "dev", link.ifname()]);
     }
     (link, patch)
 }
@@ -410,7 +361,7 @@ fn guest_net(kind: Kind, t: GuestNet) -> GuestNetRun {
     let dir = RunDir::new("patch-guest");
     let socket = dir.join("vhost.sock");
     let (link, patch) = attach(kind, &socket, &[], &[&format!("{PEER_IP}/24")]);
-    if let Link::Veth(v) = &link {
+    if let PeerEnd::Veth(v) = &link {
         assert_peer_verifies_checksums(v);
     }
     let mut peer = link.ns().spawn_python(
@@ -425,8 +376,8 @@ fn guest_net(kind: Kind, t: GuestNet) -> GuestNetRun {
         ],
     );
     peer.wait_for_stdout("PEER ready", Duration::from_secs(30));
-    let peer_mac = link.ns().mac(link.peer_if());
-    let peer_before = link.ns().link_stats(link.peer_if());
+    let peer_mac = link.ns().mac(link.ifname());
+    let peer_before = link.stats();
     let snmp_before = link.ns().snmp();
 
     let run = qemu::run_guest(GuestOpts {
@@ -443,7 +394,7 @@ fn guest_net(kind: Kind, t: GuestNet) -> GuestNetRun {
     });
     // The source reports once it closed; the guest may power off first.
     peer.wait_for_stdout("PEER tcp_source_", Duration::from_secs(10));
-    let peer_after = link.ns().link_stats(link.peer_if());
+    let peer_after = link.stats();
     let snmp_after = link.ns().snmp();
     let peer_res = peer.results("PEER ");
     let patch = patch.stop();
@@ -488,8 +439,24 @@ impl GuestNetRun {
         assert!(a == b, "{what}: {a} != {b}\n{}", self.describe());
     }
 
+    /// [`Self::check_eq`] of what the guest printed for `guest_key` and the peer for
+    /// `peer_key`.
+    fn guest_matches_peer(&self, what: &str, guest_key: &str, peer_key: &str) {
+        self.check_eq(what, self.guest(guest_key), self.peer(peer_key));
+    }
+
     fn check(&self, what: &str, ok: bool) {
         assert!(ok, "{what}\n{}", self.describe());
+    }
+
+    /// [`Self::check`] that patch counted some `key`.
+    fn check_some(&self, what: &str, key: &str) {
+        self.check(what, self.patch.get(key) > 0);
+    }
+
+    /// [`Self::check`] that patch counted no `key`.
+    fn check_none(&self, what: &str, key: &str) {
+        self.check(what, self.patch.get(key) == 0);
     }
 
     fn check_common(&self, kind: Kind, peer_mac: &str, tx_mib: u32, rx_mib: u32) {
@@ -499,21 +466,13 @@ impl GuestNetRun {
         self.check_eq("pings sent", self.guest("ping_sent"), "5");
         self.check_eq("ARP resolved the peer", self.guest("peer_mac"), peer_mac);
         // UDP, both ways.
-        self.check_eq(
-            "TFTP get sha256",
-            self.guest("tftp_get_sha256"),
-            self.peer("tftp_get_sha256"),
-        );
-        self.check_eq(
-            "TFTP get length",
-            self.guest("tftp_get_bytes"),
-            self.peer("tftp_get_bytes"),
-        );
-        self.check_eq(
-            "TFTP put sha256",
-            self.guest("tftp_put_sha256"),
-            self.peer("tftp_put_sha256"),
-        );
+        for (what, key) in [
+            ("TFTP get sha256", "tftp_get_sha256"),
+            ("TFTP get length", "tftp_get_bytes"),
+            ("TFTP put sha256", "tftp_put_sha256"),
+        ] {
+            self.guest_matches_peer(what, key, key);
+        }
         // TCP, guest to peer: the guest's hash, the sink's as it answered
         // the guest, and the sink's own report.
         let tx_bytes = (u64::from(tx_mib) << 20).to_string();
@@ -523,23 +482,22 @@ impl GuestNetRun {
             self.peer("tcp_sink_bytes"),
             &tx_bytes,
         );
-        self.check_eq(
-            "TCP TX sha256 (guest vs sink)",
-            self.guest("tcp_tx_sha256"),
-            self.peer("tcp_sink_sha256"),
-        );
-        self.check_eq(
-            "TCP TX sha256 (as the sink answered the guest)",
-            self.guest("tcp_tx_peer_sha256"),
-            self.peer("tcp_sink_sha256"),
-        );
+        for (what, key) in [
+            ("TCP TX sha256 (guest vs sink)", "tcp_tx_sha256"),
+            (
+                "TCP TX sha256 (as the sink answered the guest)",
+                "tcp_tx_peer_sha256",
+            ),
+        ] {
+            self.guest_matches_peer(what, key, "tcp_sink_sha256");
+        }
         // TCP, peer to guest.
         let rx_bytes = (u64::from(rx_mib) << 20).to_string();
         self.check_eq("TCP RX length", self.guest("tcp_rx_bytes"), &rx_bytes);
-        self.check_eq(
+        self.guest_matches_peer(
             "TCP RX sha256 (source vs guest)",
-            self.guest("tcp_rx_sha256"),
-            self.peer("tcp_source_sha256"),
+            "tcp_rx_sha256",
+            "tcp_source_sha256",
         );
         // The peer's stack saw no bad checksum or header (veth peers verify
         // every checksum: see assert_peer_verifies_checksums).
@@ -623,7 +581,7 @@ fn af_xdp_guest_reaches_peer_stack_with_software_segmentation() {
         "software segments",
         p.get("patch.tx_sw_segments") >= 2 * p.get("patch.tx_sw_segmented"),
     );
-    r.check("no offload errors", p.get("patch.tx_offload_errors") == 0);
+    r.check_none("no offload errors", "patch.tx_offload_errors");
     // ...every frame accounted for: the guest's plain frames plus the
     // segments went to the uplink...
     let (sent, gso) = (p.get("qp0.tx_packets"), p.get("patch.tx_sw_segmented"));
@@ -662,14 +620,8 @@ fn af_packet_guest_reaches_peer_stack_and_gets_super_frames() {
     let p = &r.patch;
     // Super-frames went to the kernel as such, which segmented them (the
     // host veth end cannot): the peer received wire-size frames.
-    r.check(
-        "guest super-frames handed to AF_PACKET",
-        p.get("patch.tx_gso") > 0,
-    );
-    r.check(
-        "no software segmentation on TX",
-        p.get("patch.tx_sw_segmented") == 0,
-    );
+    r.check_some("guest super-frames handed to AF_PACKET", "patch.tx_gso");
+    r.check_none("no software segmentation on TX", "patch.tx_sw_segmented");
     // Each super-frame became at least two frames on the wire.
     let (sent, gso) = (p.get("qp0.tx_packets"), p.get("patch.tx_gso"));
     r.check(
@@ -681,14 +633,8 @@ fn af_packet_guest_reaches_peer_stack_and_gets_super_frames() {
         r.peer_rx() >= min_segments(64) && r.peer_rx() >= sent + gso,
     );
     // Back: the peer's TSO super-frames reached the guest whole.
-    r.check(
-        "super-frames delivered to the guest",
-        p.get("patch.rx_gso") > 0,
-    );
-    r.check(
-        "none segmented in software",
-        p.get("patch.rx_sw_segmented") == 0,
-    );
+    r.check_some("super-frames delivered to the guest", "patch.rx_gso");
+    r.check_none("none segmented in software", "patch.rx_sw_segmented");
     r.check(
         &format!(
             "guest received fewer frames ({}) than a 64 MiB stream has segments",
@@ -726,20 +672,14 @@ fn af_packet_guest_without_receive_offloads_gets_valid_segments() {
         f & (F_GUEST_CSUM | F_GUEST_TSO4) == 0,
     );
     let p = &r.patch;
-    r.check(
-        "no super-frame delivered as such",
-        p.get("patch.rx_gso") == 0,
-    );
+    r.check_none("no super-frame delivered as such", "patch.rx_gso");
     r.check(
         "patch segmented the peer's super-frames",
         p.get("patch.rx_sw_segmented") > 0
             && p.get("patch.rx_sw_segments") >= 2 * p.get("patch.rx_sw_segmented"),
     );
-    r.check(
-        "patch completed partial checksums",
-        p.get("patch.rx_sw_csum") > 0,
-    );
-    r.check("no offload errors", p.get("patch.rx_offload_errors") == 0);
+    r.check_some("patch completed partial checksums", "patch.rx_sw_csum");
+    r.check_none("no offload errors", "patch.rx_offload_errors");
     r.check(
         &format!(
             "guest received {} frames for a 64 MiB stream",
@@ -761,10 +701,7 @@ fn tap_guest_reaches_peer_stack() {
         },
     );
     let p = &r.patch;
-    r.check(
-        "guest super-frames written to the TAP",
-        p.get("patch.tx_gso") > 0,
-    );
+    r.check_some("guest super-frames written to the TAP", "patch.tx_gso");
     r.check(
         "TAP offloads follow the guest: super-frames delivered",
         p.get("patch.rx_gso") > 0 && p.get("patch.rx_sw_segmented") == 0,
@@ -792,19 +729,19 @@ fn testpmd_frames_reach_peer(kind: Kind) {
     let ns = link.ns();
     let mut rx = ns.spawn_python(peers::UDP_COUNT, &[TXONLY_DST, "9"]);
     rx.wait_for_stdout("ready", Duration::from_secs(10));
-    let peer_mac = ns.mac(link.peer_if());
+    let peer_mac = ns.mac(link.ifname());
 
     let mut opts = FrontendOpts::new(&socket);
-    opts.forward_mode = "rxonly".into();
+    opts.port.forward_mode = "rxonly".into();
     opts.pkt_len = Some(TXONLY_LEN);
-    opts.extra_args = vec![format!("--eth-peer=0,{peer_mac}")];
+    opts.port.extra_args = vec![format!("--eth-peer=0,{peer_mac}")];
     let mut tp = Testpmd::spawn(&opts);
     tp.wait_ready(READY_TIMEOUT);
     tp.wait_link_up(LINK_TIMEOUT);
 
     // Exactly the tx_first frames, each with its length.
     let want = u64::from(TX_FIRST_BURSTS) * 32;
-    let before = ns.link_stats(link.peer_if());
+    let before = ns.link_stats(link.ifname());
     tp.start_tx_first(TX_FIRST_BURSTS);
     let deadline = Instant::now() + Duration::from_secs(15);
     let count = |rx: &NsProcess| -> u64 {
@@ -841,7 +778,7 @@ fn testpmd_frames_reach_peer(kind: Kind) {
     let fwd = tp.stop();
     let secs = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(500));
-    let after = ns.link_stats(link.peer_if());
+    let after = ns.link_stats(link.ifname());
     let out = patch.stop();
     assert!(out.status.success(), "{out}");
     let peer_rx = after.rx_packets - before.rx_packets;
@@ -870,22 +807,11 @@ fn testpmd_frames_reach_peer(kind: Kind) {
     drop(tp);
 }
 
-#[test]
-#[ignore = "needs root and peers: run scripts/test.sh"]
-fn af_xdp_testpmd_frames_reach_peer() {
-    testpmd_frames_reach_peer(Kind::AfXdp);
-}
-
-#[test]
-#[ignore = "needs root and peers: run scripts/test.sh"]
-fn af_packet_testpmd_frames_reach_peer() {
-    testpmd_frames_reach_peer(Kind::AfPacket);
-}
-
-#[test]
-#[ignore = "needs root and peers: run scripts/test.sh"]
-fn tap_testpmd_frames_reach_peer() {
-    testpmd_frames_reach_peer(Kind::Tap);
+vhu_tests::ignored_tests! {
+    "needs root and peers: run scripts/test.sh";
+    af_xdp_testpmd_frames_reach_peer => testpmd_frames_reach_peer(Kind::AfXdp);
+    af_packet_testpmd_frames_reach_peer => testpmd_frames_reach_peer(Kind::AfPacket);
+    tap_testpmd_frames_reach_peer => testpmd_frames_reach_peer(Kind::Tap);
 }
 
 // ===== zero-copy =====

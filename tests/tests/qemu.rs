@@ -336,21 +336,33 @@ fn check_ping(run: &GuestRun, echo: &[QpStats], cpus: u64, queues: usize) {
     );
 }
 
+/// Echo serving `queues` queue pairs on a fresh socket, QEMU connecting
+/// with a ping guest ([`ping_cmdline`]) whose other options `opts` sets.
+/// Returns the guest's run and echo's counters.
+fn ping_through_echo(
+    tag: &str,
+    queues: u16,
+    opts: impl FnOnce(GuestOpts) -> GuestOpts,
+) -> (GuestRun, Vec<QpStats>) {
+    let _serial = serial();
+    let dir = Scratch::new(tag);
+    let socket = dir.0.join("vhost.sock");
+    let echo = Echo::start(&socket, false, queues);
+    let run = run_guest(opts(GuestOpts {
+        cmdline_extra: ping_cmdline(),
+        ..GuestOpts::new(&socket)
+    }));
+    let stats = echo.stop();
+    (run, stats)
+}
+
 // ===== tests =====
 
 /// One queue pair, echo listening, QEMU connecting.
 #[test]
 #[ignore = "needs root and peers: run scripts/test.sh"]
 fn guest_pings_through_echo_one_queue() {
-    let _serial = serial();
-    let dir = Scratch::new("1q");
-    let socket = dir.0.join("vhost.sock");
-    let echo = Echo::start(&socket, false, 1);
-    let run = run_guest(GuestOpts {
-        cmdline_extra: ping_cmdline(),
-        ..GuestOpts::new(&socket)
-    });
-    let stats = echo.stop();
+    let (run, stats) = ping_through_echo("1q", 1, |o| o);
     check_ping(&run, &stats, 1, 1);
 }
 
@@ -360,18 +372,12 @@ fn guest_pings_through_echo_one_queue() {
 #[test]
 #[ignore = "needs root and peers: run scripts/test.sh"]
 fn guest_pings_through_echo_two_queues() {
-    let _serial = serial();
-    let dir = Scratch::new("2q");
-    let socket = dir.0.join("vhost.sock");
-    let echo = Echo::start(&socket, false, 2);
-    let run = run_guest(GuestOpts {
+    let (run, stats) = ping_through_echo("2q", 2, |o| GuestOpts {
         queues: 2,
         smp: 2,
-        cmdline_extra: ping_cmdline(),
         timeout: Duration::from_secs(300),
-        ..GuestOpts::new(&socket)
+        ..o
     });
-    let stats = echo.stop();
     check_ping(&run, &stats, 2, 2);
     for (i, qp) in stats.iter().enumerate() {
         let (tx, rx) = (counter(qp, "tx_packets"), counter(qp, "rx_packets"));
@@ -388,16 +394,7 @@ fn guest_pings_through_echo_two_queues() {
 #[test]
 #[ignore = "needs root and peers: run scripts/test.sh"]
 fn guest_pings_through_echo_packed_ring() {
-    let _serial = serial();
-    let dir = Scratch::new("packed");
-    let socket = dir.0.join("vhost.sock");
-    let echo = Echo::start(&socket, false, 1);
-    let run = run_guest(GuestOpts {
-        packed: true,
-        cmdline_extra: ping_cmdline(),
-        ..GuestOpts::new(&socket)
-    });
-    let stats = echo.stop();
+    let (run, stats) = ping_through_echo("packed", 1, |o| GuestOpts { packed: true, ..o });
     let features = run.features();
     assert_ne!(
         features & (1 << 34),

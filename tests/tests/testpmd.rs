@@ -160,8 +160,8 @@ impl Backend {
             BackendKind::DpdkVhost => {
                 let mut o = VhostBackendOpts::new(socket);
                 o.client = client;
-                o.queues = queues;
-                o.hugepages = use_hugepages();
+                o.port.queues = queues;
+                o.port.hugepages = use_hugepages();
                 Backend::Dpdk(start_vhost_backend(&o))
             }
         }
@@ -246,18 +246,18 @@ struct Case {
 /// them with the frontend at its prompt and its link up.
 fn start_pair(case: Case, socket: &std::path::Path, hugepages: bool) -> (Testpmd, Backend) {
     let mut fe_opts = FrontendOpts::new(socket);
-    fe_opts.queues = case.queues;
+    fe_opts.port.queues = case.queues;
     fe_opts.server = !case.backend_server;
     fe_opts.mrg_rxbuf = Some(case.mrg_rxbuf);
     fe_opts.packed_vq = Some(case.packed);
     fe_opts.in_order = Some(case.in_order);
-    fe_opts.hugepages = hugepages;
+    fe_opts.port.hugepages = hugepages;
     // Rings as large as `--rxd`/`--txd` (virtio-user's default is 256), so
     // that the 32 x 32 frames `tx_first` injects per queue fit into the RX
     // ring: with 256-entry rings, the backend necessarily drops 768 of them.
     fe_opts.queue_size = Some(RING_SIZE);
-    fe_opts.rxd = RING_SIZE;
-    fe_opts.txd = RING_SIZE;
+    fe_opts.port.rxd = RING_SIZE;
+    fe_opts.port.txd = RING_SIZE;
     let (mut fe, be) = if case.backend_server {
         let be = Backend::spawn(case.kind, socket, false, case.queues);
         (Testpmd::spawn(&fe_opts), be)

@@ -35,11 +35,10 @@
 //! test makes its own namespace and veth pair, named after the process id,
 //! and removes them when it ends, passed or failed.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::TcpListener;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig, FanoutMode};
@@ -50,7 +49,8 @@ use vhost_net_backend::net_hdr::{
 };
 use vhost_net_backend::VirtioNetHdr;
 use vhu_tests::netns::{self, mac_octets, run, VethPair, ETHTOOL_STXCSUM};
-use vhu_tests::peers;
+use vhu_tests::peers::{self, LineOutput};
+use vhu_tests::wire::{be16, be32, hex, ipv4_header_checksum, l4_checksum, to_hex};
 
 // ===== namespace and veth fixture =====
 
@@ -154,38 +154,21 @@ impl Veth {
 // ===== peer-side programs (python3) =====
 
 /// A capture running in the peer namespace.
-struct Capture {
-    child: Child,
-    lines: Receiver<String>,
-}
+struct Capture(LineOutput);
 
 impl Capture {
     fn start(v: &Veth, proto: u16, count: usize, timeout: Duration) -> Self {
-        let mut child = v
-            .pair
-            .ns()
-            .command("python3")
-            .args(["-c", peers::CAPTURE_FRAMES, &v.peer])
-            .arg(format!("{proto:#x}"))
-            .arg(count.to_string())
-            .arg(timeout.as_secs_f64().to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start python3 capture in the peer namespace");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let c = Capture { child, lines };
-        let first = c
-            .lines
-            .recv_timeout(Duration::from_secs(10))
-            .expect("capture READY");
+        let c = Capture(LineOutput::spawn(
+            v.pair
+                .ns()
+                .command("python3")
+                .args(["-c", peers::CAPTURE_FRAMES, &v.peer])
+                .arg(format!("{proto:#x}"))
+                .arg(count.to_string())
+                .arg(timeout.as_secs_f64().to_string()),
+            "start python3 capture in the peer namespace",
+        ));
+        let first = c.0.line(Duration::from_secs(10), "capture READY");
         assert_eq!(first, "READY");
         c
     }
@@ -194,39 +177,18 @@ impl Capture {
     fn finish(mut self) -> Vec<Vec<u8>> {
         let mut frames = Vec::new();
         loop {
-            let l = self
-                .lines
-                .recv_timeout(Duration::from_secs(30))
-                .expect("capture output");
+            let l = self.0.line(Duration::from_secs(30), "capture output");
             if l == "DONE" {
                 break;
             }
             frames.push(hex(&l));
         }
-        assert!(self.child.wait().expect("capture exit").success());
+        assert!(self.0.wait_success());
         frames
     }
 }
 
-impl Drop for Capture {
-    fn drop(&mut self) {
-        // Only reached with the child still running when a test failed.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn hex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
-
-fn to_hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-// ===== frames and an independent checksum check =====
+// ===== frames and checksum checks =====
 
 const ETH_TEST: u16 = 0x88b5; // IEEE local experimental ethertype
 const IFF_PROMISC: u32 = 0x100;
@@ -250,31 +212,6 @@ fn eth_frame(dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, payload: &[u8]) -> V
     f
 }
 
-/// RFC 1071 sum, folded, written independently of the library.
-fn sum16(parts: &[&[u8]]) -> u16 {
-    let mut s: u32 = 0;
-    for p in parts {
-        for c in p.chunks(2) {
-            let w = if c.len() == 2 {
-                u16::from_be_bytes([c[0], c[1]])
-            } else {
-                u16::from(c[0]) << 8
-            };
-            s += u32::from(w);
-            s = (s & 0xffff) + (s >> 16);
-        }
-    }
-    s as u16
-}
-
-fn be16(b: &[u8], o: usize) -> u16 {
-    u16::from_be_bytes([b[o], b[o + 1]])
-}
-
-fn be32(b: &[u8], o: usize) -> u32 {
-    u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-}
-
 /// What `check_ip_frame` found in a valid, untagged IPv4 or IPv6 frame.
 #[derive(Debug)]
 struct Seen {
@@ -293,7 +230,11 @@ fn check_ip_frame(f: &[u8]) -> Seen {
     let s = match et {
         0x0800 => {
             let ihl = usize::from(f[14] & 15) * 4;
-            assert_eq!(sum16(&[&f[14..14 + ihl]]), 0xffff, "IPv4 header checksum");
+            assert_eq!(
+                ipv4_header_checksum(&f[14..14 + ihl]),
+                0,
+                "IPv4 header checksum"
+            );
             assert_eq!(usize::from(be16(f, 16)), f.len() - 14, "IPv4 total length");
             Seen {
                 v6: false,
@@ -320,18 +261,16 @@ fn check_ip_frame(f: &[u8]) -> Seen {
         _ => panic!("not IP: {et:#x}"),
     };
     if s.frag == 0 {
-        let l4_len = (f.len() - s.l4) as u32;
         let (src, dst): (&[u8], &[u8]) = if s.v6 {
             (&f[22..38], &f[38..54])
         } else {
             (&f[26..30], &f[30..34])
         };
-        let mut pseudo = Vec::new();
-        pseudo.extend_from_slice(src);
-        pseudo.extend_from_slice(dst);
-        pseudo.extend_from_slice(&l4_len.to_be_bytes());
-        pseudo.extend_from_slice(&[0, 0, 0, s.proto]);
-        assert_eq!(sum16(&[&pseudo, &f[s.l4..]]), 0xffff, "L4 checksum ({s:?})");
+        assert_eq!(
+            l4_checksum(src, dst, s.proto, &f[s.l4..]),
+            0,
+            "L4 checksum ({s:?})"
+        );
     }
     s
 }
@@ -372,7 +311,7 @@ fn l4_frame(
         ip.extend_from_slice(&[0x43, 0x21, 0x40, 0x00, 64, proto, 0, 0]);
         ip.extend_from_slice(&IP4_SRC);
         ip.extend_from_slice(&IP4_DST);
-        let c = !sum16(&[&ip]);
+        let c = ipv4_header_checksum(&ip);
         ip[10..12].copy_from_slice(&c.to_be_bytes());
         f.extend_from_slice(&ip);
     }
@@ -413,6 +352,21 @@ fn l4_frame(
 fn push(up: &mut AfPacket, hdr: &VirtioNetHdr, frame: &Vec<u8>) {
     up.tx_push(hdr, frame).expect("tx_push");
     up.tx_flush().expect("tx_flush");
+}
+
+/// Pushes one frame ([`push`]) while the peer captures `count` frames of
+/// `ethertype` (10 s at most); returns what it captured.
+fn push_captured(
+    v: &Veth,
+    up: &mut AfPacket,
+    ethertype: u16,
+    count: usize,
+    hdr: &VirtioNetHdr,
+    frame: &Vec<u8>,
+) -> Vec<Vec<u8>> {
+    let cap = Capture::start(v, ethertype, count, Duration::from_secs(10));
+    push(up, hdr, frame);
+    cap.finish()
 }
 
 /// Polls `rx_burst`, lending each frame to `f`, until `f` returns true or
@@ -660,9 +614,7 @@ fn tx_offloads_are_carried_out_by_the_kernel() {
     let (h, f) = l4_frame(dst, src, false, true, &data, GSO_TCPV4, mss);
     assert!(f.len() > 64 * 1000);
     let want = data.len().div_ceil(usize::from(mss));
-    let cap = Capture::start(&v, 0x0800, want, Duration::from_secs(10));
-    push(&mut up, &h, &f);
-    let segs = cap.finish();
+    let segs = push_captured(&v, &mut up, 0x0800, want, &h, &f);
     check_tcp_segments(&segs, &data, mss, 1_000_000);
     // IPv4 IDs: consecutive from the super-frame's.
     for (i, s) in segs.iter().enumerate() {
@@ -673,9 +625,7 @@ fn tx_offloads_are_carried_out_by_the_kernel() {
     let data = pattern(10_000, 14);
     let (h, mut f) = l4_frame(dst, src, false, true, &data, GSO_TCPV4 | GSO_ECN, mss);
     f[34 + 13] |= 0xc0; // CWR | ECE (not covered by the partial checksum)
-    let cap = Capture::start(&v, 0x0800, 7, Duration::from_secs(10));
-    push(&mut up, &h, &f);
-    let segs = cap.finish();
+    let segs = push_captured(&v, &mut up, 0x0800, 7, &h, &f);
     check_tcp_segments(&segs, &data, mss, 1_000_000);
     for (i, s) in segs.iter().enumerate() {
         assert_eq!(
@@ -689,21 +639,13 @@ fn tx_offloads_are_carried_out_by_the_kernel() {
     // TCPv6 TSO.
     let data = pattern(20_000, 10);
     let (h, f) = l4_frame(dst, src, true, true, &data, GSO_TCPV6, 1428);
-    let cap = Capture::start(
-        &v,
-        0x86dd,
-        data.len().div_ceil(1428),
-        Duration::from_secs(10),
-    );
-    push(&mut up, &h, &f);
-    check_tcp_segments(&cap.finish(), &data, 1428, 1_000_000);
+    let segs = push_captured(&v, &mut up, 0x86dd, data.len().div_ceil(1428), &h, &f);
+    check_tcp_segments(&segs, &data, 1428, 1_000_000);
 
     // A partial UDP checksum, completed on the way.
     let data = pattern(999, 11);
     let (h, f) = l4_frame(dst, src, false, false, &data, GSO_NONE, 0);
-    let cap = Capture::start(&v, 0x0800, 1, Duration::from_secs(10));
-    push(&mut up, &h, &f);
-    let got = cap.finish();
+    let got = push_captured(&v, &mut up, 0x0800, 1, &h, &f);
     assert_eq!(got.len(), 1);
     let s = check_ip_frame(&got[0]);
     assert_eq!((s.proto, &got[0][s.l4 + 8..]), (17, &data[..]));
@@ -712,9 +654,7 @@ fn tx_offloads_are_carried_out_by_the_kernel() {
     // USO: one UDP datagram per 1400 bytes.
     let data = pattern(10_000, 12);
     let (h, f) = l4_frame(dst, src, false, false, &data, GSO_UDP_L4, 1400);
-    let cap = Capture::start(&v, 0x0800, 8, Duration::from_secs(10));
-    push(&mut up, &h, &f);
-    let got = cap.finish();
+    let got = push_captured(&v, &mut up, 0x0800, 8, &h, &f);
     assert_eq!(got.len(), 8);
     let mut all = Vec::new();
     for g in &got {
@@ -728,9 +668,7 @@ fn tx_offloads_are_carried_out_by_the_kernel() {
     // UFO: one datagram in IPv4 fragments.
     let data = pattern(8000, 13);
     let (h, f) = l4_frame(dst, src, false, false, &data, GSO_UDP, 1480);
-    let cap = Capture::start(&v, 0x0800, 6, Duration::from_secs(10));
-    push(&mut up, &h, &f);
-    let got = cap.finish();
+    let got = push_captured(&v, &mut up, 0x0800, 6, &h, &f);
     assert_eq!(got.len(), 6, "8008 bytes in 1480-byte fragments");
     let mut dgram = Vec::new();
     for (i, g) in got.iter().enumerate() {
@@ -741,15 +679,9 @@ fn tx_offloads_are_carried_out_by_the_kernel() {
         dgram.extend_from_slice(&g[s.l4..]);
     }
     assert_eq!(&dgram[8..], &data[..]);
-    let l4_len = dgram.len() as u32;
-    let mut pseudo = Vec::new();
-    pseudo.extend_from_slice(&IP4_SRC);
-    pseudo.extend_from_slice(&IP4_DST);
-    pseudo.extend_from_slice(&l4_len.to_be_bytes());
-    pseudo.extend_from_slice(&[0, 0, 0, 17]);
     assert_eq!(
-        sum16(&[&pseudo, &dgram]),
-        0xffff,
+        l4_checksum(&IP4_SRC, &IP4_DST, 17, &dgram),
+        0,
         "UDP checksum of the datagram"
     );
 
@@ -785,9 +717,7 @@ fn qdisc_bypass_drops_what_the_device_cannot_segment() {
     assert_eq!((c.tx_packets, c.tx_dropped()), (1, 1), "{c:?}");
     // Partial checksums are still completed on this path.
     let (h, udp) = l4_frame(dst, src, false, false, &data[..500], GSO_NONE, 0);
-    let cap = Capture::start(&v, 0x0800, 1, Duration::from_secs(10));
-    push(&mut up, &h, &udp);
-    let got = cap.finish();
+    let got = push_captured(&v, &mut up, 0x0800, 1, &h, &udp);
     assert_eq!(got.len(), 1);
     check_ip_frame(&got[0]);
 }

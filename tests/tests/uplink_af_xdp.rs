@@ -416,16 +416,10 @@ fn tx_reaches_peer(attach: Attach) {
     assert_eq!(c.tx_dropped(), 1, "{c:?}");
 }
 
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn tx_reaches_peer_native() {
-    tx_reaches_peer(Attach::Native);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn tx_reaches_peer_generic() {
-    tx_reaches_peer(Attach::Generic);
+vhu_tests::ignored_tests! {
+    "needs root: run scripts/test.sh";
+    tx_reaches_peer_native => tx_reaches_peer(Attach::Native);
+    tx_reaches_peer_generic => tx_reaches_peer(Attach::Generic);
 }
 
 // ===== (b) RX =====
@@ -447,30 +441,31 @@ fn rx_from_peer(attach: Attach) {
     assert_eq!(c.rx_dropped(), 0, "{c:?}");
 }
 
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn rx_from_peer_native() {
-    rx_from_peer(Attach::Native);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn rx_from_peer_generic() {
-    rx_from_peer(Attach::Generic);
+vhu_tests::ignored_tests! {
+    "needs root: run scripts/test.sh";
+    rx_from_peer_native => rx_from_peer(Attach::Native);
+    rx_from_peer_generic => rx_from_peer(Attach::Generic);
 }
 
 // ===== (c) zero-copy =====
+
+/// Opens an AF_XDP socket on the host end of `net` asking for zero-copy as `zero_copy` says,
+/// attached as `attach`; everything else as by default.
+fn open_zero_copy(net: &VethNs, zero_copy: ZeroCopy, attach: Attach) -> Result<AfXdp, AfXdpError> {
+    let cfg = AfXdpConfig {
+        zero_copy,
+        attach,
+        ..AfXdpConfig::default()
+    };
+    AfXdp::open(&net.host, cfg)
+}
 
 #[test]
 #[ignore = "needs root: run scripts/test.sh"]
 fn zero_copy_try_falls_back_to_copy_on_veth() {
     let net = VethNs::new();
-    let cfg = AfXdpConfig {
-        zero_copy: ZeroCopy::Try,
-        attach: Attach::Native,
-        ..AfXdpConfig::default()
-    };
-    let mut x = AfXdp::open(&net.host, cfg).expect("Try must fall back, not fail");
+    let mut x =
+        open_zero_copy(&net, ZeroCopy::Try, Attach::Native).expect("Try must fall back, not fail");
     assert_eq!(x.bind_mode(), BindMode::Copy);
     let why = x.zero_copy_error().expect("the fallback reason is kept");
     assert_eq!(why.raw_os_error(), Some(libc::EOPNOTSUPP), "{why}");
@@ -487,11 +482,8 @@ fn zero_copy_try_falls_back_to_copy_on_veth() {
 #[ignore = "needs root: run scripts/test.sh"]
 fn zero_copy_require_fails_clearly_on_veth() {
     let net = VethNs::new();
-    let cfg = AfXdpConfig {
-        zero_copy: ZeroCopy::Require,
-        ..AfXdpConfig::default()
-    };
-    let err = AfXdp::open(&net.host, cfg).expect_err("veth cannot do zero-copy");
+    let err = open_zero_copy(&net, ZeroCopy::Require, AfXdpConfig::default().attach)
+        .expect_err("veth cannot do zero-copy");
     assert!(
         matches!(&err, AfXdpError::ZeroCopyUnsupported { ifname, queue_id: 0, source }
             if ifname == &net.host && source.raw_os_error() == Some(libc::EOPNOTSUPP)),
@@ -534,16 +526,10 @@ fn detaches_on_drop(attach: Attach, keyword: &str) {
     );
 }
 
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn native_program_detaches_on_drop() {
-    detaches_on_drop(Attach::Native, "xdp");
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn generic_program_detaches_on_drop() {
-    detaches_on_drop(Attach::Generic, "xdpgeneric");
+vhu_tests::ignored_tests! {
+    "needs root: run scripts/test.sh";
+    native_program_detaches_on_drop => detaches_on_drop(Attach::Native, "xdp");
+    generic_program_detaches_on_drop => detaches_on_drop(Attach::Generic, "xdpgeneric");
 }
 
 #[test]
@@ -664,28 +650,12 @@ fn rx_bursts(attach: Attach) {
     assert!(c.rx_packets >= u64::from(ROUNDS * PER_ROUND));
 }
 
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn tx_bursts_native() {
-    tx_bursts(Attach::Native);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn tx_bursts_generic() {
-    tx_bursts(Attach::Generic);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn rx_bursts_native() {
-    rx_bursts(Attach::Native);
-}
-
-#[test]
-#[ignore = "needs root: run scripts/test.sh"]
-fn rx_bursts_generic() {
-    rx_bursts(Attach::Generic);
+vhu_tests::ignored_tests! {
+    "needs root: run scripts/test.sh";
+    tx_bursts_native => tx_bursts(Attach::Native);
+    tx_bursts_generic => tx_bursts(Attach::Generic);
+    rx_bursts_native => rx_bursts(Attach::Native);
+    rx_bursts_generic => rx_bursts(Attach::Generic);
 }
 
 // ===== errors =====

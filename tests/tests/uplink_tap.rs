@@ -25,10 +25,8 @@
 //! Each test makes its own namespace, named after the process id, and
 //! removes it (and the TAP) when it ends, passed or failed.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use vhost_net_backend::device::bits;
@@ -38,7 +36,8 @@ use vhost_net_backend::io::Uplink;
 use vhost_net_backend::net_hdr::{F_NEEDS_CSUM, GSO_TCPV4, GSO_UDP_L4};
 use vhost_net_backend::VirtioNetHdr;
 use vhu_tests::netns::{mac_octets, run, unique_ifname, Netns};
-use vhu_tests::peers;
+use vhu_tests::peers::{self, LineOutput};
+use vhu_tests::wire::{be16, be32, hex, ipv4_header_checksum, l4_checksum};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -144,24 +143,10 @@ impl Fixture {
     /// Starts `python3 -c script args..` in the namespace; its stdout lines
     /// arrive on the returned channel. Waits for a first line "READY".
     fn python(&self, script: &str, args: &[String]) -> Py {
-        let mut child = self
-            .ns
-            .command("python3")
-            .args(["-c", script])
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start python3 in the namespace");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let py = Py { child, lines };
+        let py = Py(LineOutput::spawn(
+            self.ns.command("python3").args(["-c", script]).args(args),
+            "start python3 in the namespace",
+        ));
         assert_eq!(py.line(), "READY");
         py
     }
@@ -179,31 +164,20 @@ impl Drop for Fixture {
 }
 
 /// A python3 program running in the namespace.
-struct Py {
-    child: Child,
-    lines: Receiver<String>,
-}
+struct Py(LineOutput);
 
 impl Py {
     fn line(&self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(20))
-            .expect("output from the python3 program")
+        self.0
+            .line(Duration::from_secs(20), "output from the python3 program")
     }
 
     fn try_line(&self) -> Option<String> {
-        self.lines.try_recv().ok()
+        self.0.try_line()
     }
 
     fn wait_ok(mut self) {
-        assert!(self.child.wait().expect("exit").success());
-    }
-}
-
-impl Drop for Py {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        assert!(self.0.wait_success());
     }
 }
 
@@ -211,48 +185,22 @@ impl Drop for Py {
 
 // ===== frames =====
 
-fn be16(b: &[u8], o: usize) -> u16 {
-    u16::from_be_bytes([b[o], b[o + 1]])
-}
-
-fn be32(b: &[u8], o: usize) -> u32 {
-    u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-}
-
-fn hex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
-
-/// RFC 1071 sum, folded, written independently of the library.
-fn sum16(parts: &[&[u8]]) -> u16 {
-    let mut s: u32 = 0;
-    for p in parts {
-        for c in p.chunks(2) {
-            let w = if c.len() == 2 {
-                u16::from_be_bytes([c[0], c[1]])
-            } else {
-                u16::from(c[0]) << 8
-            };
-            s += u32::from(w);
-            s = (s & 0xffff) + (s >> 16);
-        }
-    }
-    s as u16
-}
-
 /// Verifies the IPv4 header and TCP/UDP checksums of an untagged frame.
 fn check_ipv4(f: &[u8]) {
     assert_eq!(be16(f, 12), 0x0800);
     let ihl = usize::from(f[14] & 15) * 4;
-    assert_eq!(sum16(&[&f[14..14 + ihl]]), 0xffff, "IPv4 header checksum");
+    assert_eq!(
+        ipv4_header_checksum(&f[14..14 + ihl]),
+        0,
+        "IPv4 header checksum"
+    );
     assert_eq!(usize::from(be16(f, 16)), f.len() - 14, "IPv4 total length");
     let l4 = 14 + ihl;
-    let mut pseudo = f[26..34].to_vec();
-    pseudo.extend_from_slice(&[0, f[23]]);
-    pseudo.extend_from_slice(&((f.len() - l4) as u16).to_be_bytes());
-    assert_eq!(sum16(&[&pseudo, &f[l4..]]), 0xffff, "L4 checksum");
+    assert_eq!(
+        l4_checksum(&f[26..30], &f[30..34], f[23], &f[l4..]),
+        0,
+        "L4 checksum"
+    );
 }
 
 /// An Ethernet + IPv4 frame around transport bytes `l4` (whose checksum
@@ -275,7 +223,7 @@ fn ipv4_frame(
     ip.extend_from_slice(&[0x40, 0, 64, proto, 0, 0]);
     ip.extend_from_slice(&src_ip);
     ip.extend_from_slice(&dst_ip);
-    let c = !sum16(&[&ip]);
+    let c = ipv4_header_checksum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     f.extend_from_slice(&ip);
     let csum_off = if proto == 6 { 16 } else { 6 };

@@ -61,7 +61,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use vhost_net_backend::device::bits;
-use vhost_net_backend::test_utils::{Layout, LoopbackGuest, LoopbackOpts};
+use vhost_net_backend::test_utils::{desc_bytes, Layout, LoopbackGuest, LoopbackOpts};
 use vhost_net_backend::{net_hdr, DropReason, QueueCounters};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
@@ -203,12 +203,10 @@ impl Gen<'_> {
     }
 
     fn put(&self, table: u64, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&addr.to_le_bytes());
-        b[8..12].copy_from_slice(&len.to_le_bytes());
-        b[12..14].copy_from_slice(&flags.to_le_bytes());
-        b[14..].copy_from_slice(&next.to_le_bytes());
-        self.g.write_guest(table + 16 * u64::from(i), &b);
+        self.g.write_guest(
+            table + 16 * u64::from(i),
+            &desc_bytes(addr, len, flags, next),
+        );
     }
 
     /// Writes `bufs` as a chain through main-table slots `idx` (or, when

@@ -40,37 +40,13 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use vhu_tests::netns::{self, LinkStats, Netns, NsProcess, VethPair};
+use vhu_tests::bench;
+use vhu_tests::netns::{self, Netns, NsProcess, VethPair};
 use vhu_tests::testpmd::{
     self, hugepages_available, machine_busy, start_vhost_backend, FrontendOpts, RunDir, Testpmd,
     VhostBackendOpts,
 };
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    AfXdp,
-    AfPacket,
-    Tap,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::AfXdp => "af_xdp",
-            Kind::AfPacket => "af_packet",
-            Kind::Tap => "tap",
-        }
-    }
-
-    fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "af_xdp" => Ok(Kind::AfXdp),
-            "af_packet" => Ok(Kind::AfPacket),
-            "tap" => Ok(Kind::Tap),
-            o => Err(format!("unknown uplink {o:?} (af_xdp, af_packet, tap)")),
-        }
-    }
-}
+use vhu_tests::uplink::{Kind, PeerEnd};
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -177,30 +153,6 @@ struct Sample {
     busy_before: f64,
 }
 
-/// The peer side of one run.
-enum Peer {
-    Veth(VethPair),
-    Tap { ns: Netns, name: String },
-}
-
-impl Peer {
-    fn ns(&self) -> &Netns {
-        match self {
-            Peer::Veth(v) => v.ns(),
-            Peer::Tap { ns, .. } => ns,
-        }
-    }
-    fn ifname(&self) -> &str {
-        match self {
-            Peer::Veth(v) => v.peer(),
-            Peer::Tap { name, .. } => name,
-        }
-    }
-    fn stats(&self) -> LinkStats {
-        self.ns().link_stats(self.ifname())
-    }
-}
-
 /// Moves TAP `name` (in our namespace) into `ns` and sets it up.
 fn adopt_tap(name: &str, ns: &Netns) -> Result<(), String> {
     let sys = PathBuf::from(format!("/sys/class/net/{name}"));
@@ -229,15 +181,15 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
     let dir = RunDir::new("uplink-bench");
     let socket = dir.join("vhost.sock");
     let peer = match kind {
-        Kind::AfXdp | Kind::AfPacket => Peer::Veth(VethPair::new()),
-        Kind::Tap => Peer::Tap {
+        Kind::AfXdp | Kind::AfPacket => PeerEnd::Veth(VethPair::new()),
+        Kind::Tap => PeerEnd::Tap {
             ns: Netns::new(),
             name: netns::unique_ifname("t"),
         },
     };
     let host_if = match &peer {
-        Peer::Veth(v) => v.host().to_owned(),
-        Peer::Tap { name, .. } => name.clone(),
+        PeerEnd::Veth(v) => v.host().to_owned(),
+        PeerEnd::Tap { name, .. } => name.clone(),
     };
     let mut ours: Option<NsProcess> = None;
     let mut dpdk: Option<Testpmd> = None;
@@ -264,7 +216,7 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
         }
         Backend::Dpdk => {
             let mut o = VhostBackendOpts::new(&socket);
-            o.hugepages = a.huge;
+            o.port.hugepages = a.huge;
             let pmd = match kind {
                 Kind::AfXdp => format!("net_af_xdp0,iface={host_if},start_queue=0,queue_count=1"),
                 Kind::AfPacket => format!(
@@ -273,19 +225,19 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
                 ),
                 Kind::Tap => format!("net_tap0,iface={host_if}"),
             };
-            o.extra_eal_args = vec!["--vdev".into(), pmd];
+            o.port.extra_eal_args = vec!["--vdev".into(), pmd];
             dpdk = Some(start_vhost_backend(&o));
         }
     }
-    if let Peer::Tap { ns, name } = &peer {
+    if let PeerEnd::Tap { ns, name } = &peer {
         adopt_tap(name, ns)?;
     }
     let peer_mac = peer.ns().mac(peer.ifname());
     let mut fo = FrontendOpts::new(&socket);
-    fo.hugepages = a.huge;
-    fo.forward_mode = "txonly".into();
+    fo.port.hugepages = a.huge;
+    fo.port.forward_mode = "txonly".into();
     fo.pkt_len = Some(a.size);
-    fo.extra_args = vec![format!("--eth-peer=0,{peer_mac}")];
+    fo.port.extra_args = vec![format!("--eth-peer=0,{peer_mac}")];
     let mut fe = Testpmd::spawn(&fo);
     fe.wait_ready(Duration::from_secs(60));
     fe.wait_link_up(Duration::from_secs(30));
@@ -321,24 +273,10 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
     })
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn main() -> ExitCode {
-    let a = match parse_args() {
+    let a = match bench::args_or_usage("uplink-bench", parse_args()) {
         Ok(a) => a,
-        Err(e) => {
-            eprintln!("uplink-bench: {e}");
-            return ExitCode::from(64);
-        }
+        Err(code) => return code,
     };
     if !a.patch.is_file() {
         eprintln!(
@@ -393,8 +331,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        let (mo, md) = (median(&ours), median(&theirs));
-        let mb = median(&busy);
+        let (mo, md) = (bench::median(&ours), bench::median(&theirs));
+        let mb = bench::median(&busy);
         table.push((kind, mo, md, mb, ours, theirs));
     }
     println!();
@@ -403,12 +341,6 @@ fn main() -> ExitCode {
         "uplink", "patch Mpps", "DPDK Mpps", "ratio", "busy"
     );
     for (kind, mo, md, mb, ours, theirs) in &table {
-        let fmt = |v: &[f64]| {
-            v.iter()
-                .map(|x| format!("{x:.3}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
         println!(
             "{:<10} {:>12.3} {:>12.3} {:>7.2}  {:>8.0}%  {} | {}",
             kind.name(),
@@ -416,8 +348,8 @@ fn main() -> ExitCode {
             md,
             mo / md,
             mb * 100.0,
-            fmt(ours),
-            fmt(theirs)
+            bench::runs(ours, 3),
+            bench::runs(theirs, 3)
         );
     }
     ExitCode::SUCCESS

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use vhu_tests::bench;
 use vhu_tests::echo::Echo;
 use vhu_tests::testpmd::{
     self, hugepages_available, start_vhost_backend, FrontendOpts, RunDir, Testpmd, Throughput,
@@ -129,12 +130,12 @@ fn run(
         }
         Backend::Dpdk => {
             let mut o = VhostBackendOpts::new(&socket);
-            o.hugepages = huge;
+            o.port.hugepages = huge;
             dpdk = Some(start_vhost_backend(&o));
         }
     }
     let mut fe = FrontendOpts::new(&socket);
-    fe.hugepages = huge;
+    fe.port.hugepages = huge;
     fe.pkt_len = Some(size);
     fe.packed_vq = packed.then_some(true);
     fe.in_order = in_order;
@@ -169,23 +170,10 @@ fn io_name(v: Option<bool>) -> &'static str {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn main() -> ExitCode {
-    let a = match parse_args() {
+    let a = match bench::args_or_usage("vs-dpdk", parse_args()) {
         Ok(a) => a,
-        Err(e) => {
-            eprintln!("vs-dpdk: {e}");
-            return ExitCode::from(64);
-        }
+        Err(code) => return code,
     };
     if a.huge.contains(&true) && !hugepages_available(256) {
         eprintln!("vs-dpdk: no hugepages: run scripts/hugepages.sh (or --huge no)");
@@ -218,7 +206,10 @@ fn main() -> ExitCode {
                             }
                         }
                     }
-                    let (mo, md) = (median(&mut ours), median(&mut theirs));
+                    // The runs are listed in order.
+                    ours.sort_by(f64::total_cmp);
+                    theirs.sort_by(f64::total_cmp);
+                    let (mo, md) = (bench::median(&ours), bench::median(&theirs));
                     summary.push((
                         huge,
                         packed,
@@ -237,20 +228,14 @@ fn main() -> ExitCode {
     println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | runs ours | runs DPDK |");
     println!("|---|---|---|---:|---:|---:|---:|---|---|");
     for (huge, packed, in_order, size, mo, md, o, d) in summary {
-        let fmt = |v: &[f64]| {
-            v.iter()
-                .map(|x| format!("{x:.2}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
         println!(
             "| {} | {} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {} | {} |",
             if huge { "yes" } else { "no" },
             if packed { "packed" } else { "split" },
             io_name(in_order),
             mo / md,
-            fmt(&o),
-            fmt(&d)
+            bench::runs(&o, 2),
+            bench::runs(&d, 2)
         );
     }
     ExitCode::SUCCESS

@@ -322,15 +322,29 @@ impl TestDriver {
     /// Waits on the call eventfd but also looks at the used ring every few milliseconds, so a
     /// missing call only slows it down. Returns what arrived.
     pub fn recv_frames_until(&mut self, qp: u16, n: usize, timeout: Duration) -> Vec<RxFrame> {
+        self.collect_until(qp, true, n, timeout, |d| d.recv_frames(qp))
+    }
+
+    /// Calls `take` until it returned `n` items in all or `timeout` passed, waiting between
+    /// calls on queue pair `qp`'s call eventfd of the `rx` or TX queue, at most
+    /// [`POLL_INTERVAL`] at a time. Returns the items.
+    fn collect_until<T>(
+        &mut self,
+        qp: u16,
+        rx: bool,
+        n: usize,
+        timeout: Duration,
+        mut take: impl FnMut(&mut Self) -> Vec<T>,
+    ) -> Vec<T> {
         let deadline = Instant::now() + timeout;
-        let mut frames = Vec::new();
+        let mut items = Vec::new();
         loop {
-            frames.extend(self.recv_frames(qp));
+            items.extend(take(self));
             let left = deadline.saturating_duration_since(Instant::now());
-            if frames.len() >= n || left.is_zero() {
-                return frames;
+            if items.len() >= n || left.is_zero() {
+                return items;
             }
-            self.wait_call(qp, true, left.min(POLL_INTERVAL));
+            self.wait_call(qp, rx, left.min(POLL_INTERVAL));
         }
     }
 
@@ -400,14 +414,11 @@ impl TestDriver {
         let Ok(vring) = self.vring_index(qp, false) else {
             return Vec::new();
         };
-        let mut done = Vec::new();
-        for (id, len) in self.drain_used(vring) {
-            if let Some(chain) = self.vrings[vring].chains[usize::from(id)].take() {
-                self.free_chain(vring, chain);
-                done.push((id, len));
-            }
-        }
-        done
+        self.reap_used(vring)
+            .into_iter()
+            .filter(|&(_, _, tracked)| tracked)
+            .map(|(id, len, _)| (id, len))
+            .collect()
     }
 
     /// [`TestDriver::tx_completions`] in a loop until `n` completions arrived or `timeout`
@@ -418,15 +429,6 @@ impl TestDriver {
         n: usize,
         timeout: Duration,
     ) -> Vec<(u16, u32)> {
-        let deadline = Instant::now() + timeout;
-        let mut done = Vec::new();
-        loop {
-            done.extend(self.tx_completions(qp));
-            let left = deadline.saturating_duration_since(Instant::now());
-            if done.len() >= n || left.is_zero() {
-                return done;
-            }
-            self.wait_call(qp, false, left.min(POLL_INTERVAL));
-        }
+        self.collect_until(qp, false, n, timeout, |d| d.tx_completions(qp))
     }
 }

@@ -128,9 +128,9 @@ use self::error::req;
 pub use self::error::DriverError;
 pub use self::frames::{decode_hdr, encode_hdr, RxFrame, VringAddrs};
 pub use self::opts::{DriverOpts, MemTableMode, RxLayout, TxLayout};
+pub use self::vring::desc_bytes;
 use self::vring::{
-    desc_bytes, need_event, split_lengths, BufAlloc, Chain, ExtentAlloc, Fill, PartialFrame, Vring,
-    POISON,
+    need_event, split_lengths, BufAlloc, Chain, ExtentAlloc, Fill, PartialFrame, Vring, POISON,
 };
 pub use crate::net_hdr::VirtioNetHdr;
 pub use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};

@@ -94,19 +94,33 @@ impl TestDriver {
             .is_ok_and(|i| u16::from_le(i) != last)
     }
 
+    /// Consumes every new used element of vring `vring` and frees the chains the driver tracked
+    /// for them. Returns `(id, len, tracked)`: `tracked` is false for a raw head.
+    pub(super) fn reap_used(&mut self, vring: usize) -> Vec<(u16, u32, bool)> {
+        let used = self.drain_used(vring);
+        used.into_iter()
+            .map(|(id, len)| {
+                let chain = self.vrings[vring].chains[usize::from(id)].take();
+                let tracked = chain.is_some();
+                if let Some(chain) = chain {
+                    self.free_chain(vring, chain);
+                }
+                (id, len, tracked)
+            })
+            .collect()
+    }
+
     /// Consumes every new used element of a vring without interpreting it: tracked chains are
     /// freed (and their data dropped), raw heads are returned too. Returns `(id, len)`.
     pub fn poll_used_raw(&mut self, qp: u16, rx: bool) -> Vec<(u16, u32)> {
         let Ok(vring) = self.vring_index(qp, rx) else {
             return Vec::new();
         };
-        let mut out = Vec::new();
-        for (id, len) in self.drain_used(vring) {
-            if let Some(chain) = self.vrings[vring].chains[usize::from(id)].take() {
-                self.free_chain(vring, chain);
-            }
-            out.push((id, len));
-        }
+        let mut out: Vec<(u16, u32)> = self
+            .reap_used(vring)
+            .into_iter()
+            .map(|(id, len, _)| (id, len))
+            .collect();
         out.append(&mut self.vrings[vring].raw_used);
         out
     }

@@ -172,8 +172,9 @@ pub(super) fn split_lengths(total: usize, n: usize) -> Vec<usize> {
     (0..n).map(|i| base + usize::from(i < rem)).collect()
 }
 
-/// Encodes one split-ring descriptor.
-pub(super) fn desc_bytes(addr: u64, len: u32, flags: u16, next: u16) -> [u8; 16] {
+/// Encodes one split-ring descriptor (`addr`, `len`, `flags`, `next`, little-endian): what a
+/// descriptor table or an indirect table holds.
+pub fn desc_bytes(addr: u64, len: u32, flags: u16, next: u16) -> [u8; 16] {
     let mut d = [0u8; 16];
     d[0..8].copy_from_slice(&addr.to_le_bytes());
     d[8..12].copy_from_slice(&len.to_le_bytes());

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use vhost_net_backend::device::bits;
 use vhost_net_backend::test_utils::{
-    encode_hdr, DriverOpts, RxFrame, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
+    encode_hdr, DriverOpts, MemTableMode, RxFrame, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
 };
 use vhost_net_backend::{DropReason, Poller, Port, PortConfig, QueueCounters, QueuePair};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -329,6 +329,97 @@ pub(crate) fn assert_clean_counts(c: &PairCounters, t: Tally, what: &str) {
     assert_eq!(c.rx.dropped(), 0, "{what}: rx drops {c:?}");
 }
 
+/// Asserts the counts a pair ended with: `tx` and `rx` as (packets, bytes), and `rx_drops`
+/// receive drops, all for `reason`.
+pub(crate) fn assert_rx_drop_counts(
+    c: &PairCounters,
+    tx: (u64, u64),
+    rx: (u64, u64),
+    reason: DropReason,
+    rx_drops: u64,
+) {
+    assert_eq!((c.tx.packets, c.tx.bytes), tx);
+    assert_eq!((c.rx.packets, c.rx.bytes), rx);
+    assert_eq!(c.rx.drops_for(reason), rx_drops);
+    assert_eq!(c.rx.dropped(), rx_drops);
+}
+
+/// Sends `frame` behind `hdr` on pair 0 and waits for its TX completion and until the port
+/// has counted `rx_drops` receive drops for `reason` in all: a frame the guest cannot take.
+pub(crate) fn send_to_rx_drop(
+    echo: &Echo,
+    drv: &mut TestDriver,
+    hdr: &[u8],
+    frame: &[u8],
+    reason: DropReason,
+    rx_drops: u64,
+) {
+    drv.send_frame(0, hdr, frame, TxLayout::Single)
+        .expect("send");
+    drv.kick_tx(0);
+    assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
+    wait_until(&format!("{rx_drops} {} rx drops", reason.name()), || {
+        echo.counters(0).rx.drops_for(reason) == rx_drops
+    });
+}
+
+/// A port `name` with the default configuration and a driver with `opts` connected to it that
+/// has carried a first batch of traffic on pair 0, counted in the tally returned.
+pub(crate) fn serving(name: &str, opts: DriverOpts) -> (Echo, TestDriver, [Tally; 1]) {
+    let echo = Echo::server(name, |_| {});
+    let mut drv = echo.connect(opts);
+    let mut tally = [Tally::default()];
+    traffic_flows(&mut drv, 1, 0, &mut tally);
+    (echo, drv, tally)
+}
+
+/// A port `name` with the default configuration and a default driver connected to it, with 64
+/// receive buffers of 2 KiB posted on pair 0.
+pub(crate) fn with_rx_buffers(name: &str) -> (Echo, TestDriver) {
+    let echo = Echo::server(name, |_| {});
+    let mut drv = echo.connect(DriverOpts::default());
+    refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
+    (echo, drv)
+}
+
+/// Options for a driver that uses two queue pairs.
+pub(crate) fn two_pairs() -> DriverOpts {
+    DriverOpts {
+        queue_pairs: 2,
+        active_pairs: 2,
+        ..DriverOpts::default()
+    }
+}
+
+/// Options for a driver that gives the guest's memory in two regions, one
+/// `VHOST_USER_ADD_MEM_REG` each.
+pub(crate) fn regions_added_one_by_one() -> DriverOpts {
+    DriverOpts {
+        mem_table: MemTableMode::AddMemReg,
+        split_regions: true,
+        ..DriverOpts::default()
+    }
+}
+
+/// A port `name` with the default configuration, and a driver connected to it that offers
+/// `features`.
+pub(crate) fn connect_offering(name: &str, features: u64) -> (Echo, TestDriver) {
+    let echo = Echo::server(name, |_| {});
+    let drv = echo.connect(DriverOpts {
+        features,
+        ..DriverOpts::default()
+    });
+    (echo, drv)
+}
+
+/// Stops the port after a run whose pair 0 carried exactly `tally` and nothing else, with no
+/// ring violations ([`assert_no_violations`], [`assert_clean_counts`]).
+pub(crate) fn stop_clean(echo: Echo, drv: &TestDriver, tally: Tally, what: &str) {
+    assert_no_violations(drv);
+    let c = echo.stop();
+    assert_clean_counts(&c[0], tally, what);
+}
+
 /// Tops pair `qp`'s receive ring up to `want` buffers in flight, and kicks it.
 pub(crate) fn refill_rx(drv: &mut TestDriver, qp: u16, want: usize, len: u32, layout: RxLayout) {
     let have = drv.in_flight(qp, true);
@@ -404,6 +495,18 @@ pub(crate) fn round_trip(
         let ids: Vec<u16> = done.iter().map(|&(id, _)| id).collect();
         assert_eq!(ids, heads, "IN_ORDER: tx chains used in order");
     }
+    got
+}
+
+/// [`round_trip_plain`], counting `frames` in `tally`.
+pub(crate) fn round_trip_tallied(
+    drv: &mut TestDriver,
+    qp: u16,
+    frames: &[Vec<u8>],
+    tally: &mut Tally,
+) -> Vec<RxFrame> {
+    let got = round_trip_plain(drv, qp, frames);
+    tally.add(frames);
     got
 }
 

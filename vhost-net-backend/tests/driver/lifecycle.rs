@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use vhost::vhost_user::VhostUserFrontend;
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo};
-use vhost_net_backend::test_utils::{DriverOpts, MemTableMode, RxLayout, TestDriver, TxLayout};
+use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver, TxLayout};
 use vhost_net_backend::{Backoff, DropReason, Port, PortConfig, PortError, SocketRole};
 use vm_memory::GuestMemoryBackend;
 
@@ -16,10 +16,7 @@ use crate::harness::*;
 
 #[test]
 fn disconnect_then_a_new_driver_is_served() {
-    let echo = Echo::server("reconnect-new", |_| {});
-    let mut tally = [Tally::default()];
-    let mut drv = echo.connect(DriverOpts::default());
-    traffic_flows(&mut drv, 1, 0, &mut tally);
+    let (echo, drv, mut tally) = serving("reconnect-new", DriverOpts::default());
     assert_no_violations(&drv);
     drv.disconnect();
     wait_until("the port to notice the disconnect", || {
@@ -32,26 +29,19 @@ fn disconnect_then_a_new_driver_is_served() {
     traffic_flows(&mut drv, 1, 1, &mut tally);
     // A fresh device: the new rings started from 0.
     assert_eq!(drv.used_idx(0, false).unwrap(), 2);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally[0], "two connections");
+    stop_clean(echo, &drv, tally[0], "two connections");
 }
 
 #[test]
 fn reconnect_resumes_the_rings_where_they_were() {
     let echo = Echo::server("reconnect-keep", |cfg| cfg.queue_pairs = 2);
-    let opts = DriverOpts {
-        queue_pairs: 2,
-        active_pairs: 2,
-        ..DriverOpts::default()
-    };
+    let opts = two_pairs();
     let mut drv = echo.connect(opts);
     let mut tally = [Tally::default(); 2];
     for qp in 0..2 {
         refill_rx(&mut drv, qp, 40, 2048, RxLayout::Single);
         let frames: Vec<Vec<u8>> = (0..10).map(|i| frame(100 + i, seed(qp, 0, i))).collect();
-        round_trip_plain(&mut drv, qp, &frames);
-        tally[usize::from(qp)].add(&frames);
+        round_trip_tallied(&mut drv, qp, &frames, &mut tally[usize::from(qp)]);
     }
     // 30 receive buffers per pair are still posted across the reconnect.
     drv.reconnect(echo.socket()).expect("reconnect");
@@ -63,8 +53,7 @@ fn reconnect_resumes_the_rings_where_they_were() {
     for qp in 0..2 {
         assert_eq!(drv.in_flight(qp, true), 30);
         let frames: Vec<Vec<u8>> = (0..10).map(|i| frame(200 + i, seed(qp, 1, i))).collect();
-        round_trip_plain(&mut drv, qp, &frames);
-        tally[usize::from(qp)].add(&frames);
+        round_trip_tallied(&mut drv, qp, &frames, &mut tally[usize::from(qp)]);
         // The indices carried over: 20 used on each ring, no buffer skipped or reused.
         assert_eq!(drv.used_idx(qp, false).unwrap(), 20);
         assert_eq!(drv.used_idx(qp, true).unwrap(), 20);
@@ -155,19 +144,13 @@ fn client_role_connects_and_reconnects_with_backoff() {
     echo.check_features(&drv);
     assert_eq!(echo.port().connections(), 2);
     traffic_flows(&mut drv, 1, 1, &mut tally);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally[0], "client role");
+    stop_clean(echo, &drv, tally[0], "client role");
 }
 
 #[test]
 fn abrupt_disconnects_with_traffic_in_flight() {
     let echo = Echo::server("abrupt", |cfg| cfg.queue_pairs = 2);
-    let opts = DriverOpts {
-        queue_pairs: 2,
-        active_pairs: 2,
-        ..DriverOpts::default()
-    };
+    let opts = two_pairs();
     let mut sent = 0u64;
     for round in 0..20 {
         let mut drv = echo.connect(opts.clone());
@@ -214,14 +197,7 @@ fn abrupt_disconnects_with_traffic_in_flight() {
 
 #[test]
 fn memory_removed_under_buffers_in_flight() {
-    let echo = Echo::server("rem-mem", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        mem_table: MemTableMode::AddMemReg,
-        split_regions: true,
-        ..DriverOpts::default()
-    });
-    let mut tally = [Tally::default()];
-    traffic_flows(&mut drv, 1, 0, &mut tally);
+    let (echo, mut drv, mut tally) = serving("rem-mem", regions_added_one_by_one());
     let second = drv.memory().iter().nth(1).expect("two regions");
     let region = VhostUserMemoryRegionInfo::from_guest_region(second).unwrap();
     // Buffers alternate between the regions; the frontend takes the second one away (the
@@ -264,15 +240,12 @@ fn memory_removed_under_buffers_in_flight() {
 
 #[test]
 fn get_vring_base_stops_the_ring_and_resume_continues() {
-    let echo = Echo::server("vring-base", |_| {});
-    let mut drv = echo.connect(DriverOpts::default());
+    let (echo, mut drv) = with_rx_buffers("vring-base");
     let mut tally = Tally::default();
-    refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let first: Vec<Vec<u8>> = (0..10)
         .map(|i| frame(60 + 100 * i, seed(0, 0, i)))
         .collect();
-    round_trip_plain(&mut drv, 0, &first);
-    tally.add(&first);
+    round_trip_tallied(&mut drv, 0, &first, &mut tally);
 
     let (rx, tx) = (
         drv.vring_index(0, true).unwrap(),
@@ -310,23 +283,17 @@ fn get_vring_base_stops_the_ring_and_resume_continues() {
     tally.add(&queued);
 
     let more: Vec<Vec<u8>> = (0..10).map(|i| frame(4000, seed(0, 2, i))).collect();
-    round_trip_plain(&mut drv, 0, &more);
-    tally.add(&more);
+    round_trip_tallied(&mut drv, 0, &more, &mut tally);
     assert_eq!(drv.get_vring_base(tx).expect("GET_VRING_BASE"), 25);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "stop and resume");
+    stop_clean(echo, &drv, tally, "stop and resume");
 }
 
 #[test]
 fn vring_disable_and_enable_keeps_the_indices() {
-    let echo = Echo::server("enable", |_| {});
-    let mut drv = echo.connect(DriverOpts::default());
+    let (echo, mut drv) = with_rx_buffers("enable");
     let mut tally = Tally::default();
-    refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let first: Vec<Vec<u8>> = (0..7).map(|i| frame(90 + i, seed(0, 0, i))).collect();
-    round_trip_plain(&mut drv, 0, &first);
-    tally.add(&first);
+    round_trip_tallied(&mut drv, 0, &first, &mut tally);
     drv.set_pair_enabled(0, false).expect("SET_VRING_ENABLE 0");
     let queued: Vec<Vec<u8>> = (0..3).map(|i| frame(1514, seed(0, 1, i))).collect();
     let hdr = drv.zero_hdr();
@@ -344,21 +311,15 @@ fn vring_disable_and_enable_keeps_the_indices() {
     }
     assert_eq!(drv.tx_completions_until(0, 3, TIMEOUT).len(), 3);
     tally.add(&queued);
-    round_trip_plain(&mut drv, 0, &first);
-    tally.add(&first);
+    round_trip_tallied(&mut drv, 0, &first, &mut tally);
     assert_eq!(drv.used_idx(0, false).unwrap(), 17);
     assert_eq!(drv.used_idx(0, true).unwrap(), 17);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "disable and enable");
+    stop_clean(echo, &drv, tally, "disable and enable");
 }
 
 #[test]
 fn a_second_frontend_waits_for_the_first_to_leave() {
-    let echo = Echo::server("two-frontends", |_| {});
-    let mut tally = [Tally::default()];
-    let mut first = echo.connect(DriverOpts::default());
-    traffic_flows(&mut first, 1, 0, &mut tally);
+    let (echo, mut first, mut tally) = serving("two-frontends", DriverOpts::default());
     let path = echo.socket().to_owned();
     let second = std::thread::spawn(move || TestDriver::connect(&path, DriverOpts::default()));
     std::thread::sleep(SETTLE);
@@ -400,7 +361,5 @@ fn set_mem_table_again_while_running() {
         .expect("SET_MEM_TABLE");
     traffic_flows(&mut drv, 1, 1, &mut tally);
     assert_eq!(drv.used_idx(0, false).unwrap(), 4);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally[0], "mem table again");
+    stop_clean(echo, &drv, tally[0], "mem table again");
 }

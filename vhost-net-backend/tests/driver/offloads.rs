@@ -21,6 +21,26 @@ const OFFLOAD_FEATURES: u64 = DEFAULT_FEATURES
     | bits::HOST_ECN
     | bits::GUEST_ECN;
 
+/// A partial TCP checksum over IPv4 (no options): the TCP header at 34.
+fn csum_tcp4() -> VirtioNetHdr {
+    VirtioNetHdr {
+        flags: net_hdr::F_NEEDS_CSUM,
+        csum_start: 34,
+        csum_offset: 16,
+        ..VirtioNetHdr::default()
+    }
+}
+
+/// TCPv4 segmentation with an MSS of 1448 on top of [`csum_tcp4`].
+fn tso_tcp4() -> VirtioNetHdr {
+    VirtioNetHdr {
+        gso_type: net_hdr::GSO_TCPV4,
+        hdr_len: 54,
+        gso_size: 1448,
+        ..csum_tcp4()
+    }
+}
+
 #[test]
 fn offload_headers_travel_with_the_frame() {
     let echo = Echo::server("offload", |cfg| cfg.offloads = Offloads::checksum_and_tso());
@@ -37,21 +57,7 @@ fn offload_headers_travel_with_the_frame() {
         drv.acked_features() & OFFLOAD_FEATURES,
         OFFLOAD_FEATURES & !bits::MQ
     );
-    let csum = VirtioNetHdr {
-        flags: net_hdr::F_NEEDS_CSUM,
-        csum_start: 34,
-        csum_offset: 16,
-        ..VirtioNetHdr::default()
-    };
-    let tso4 = VirtioNetHdr {
-        flags: net_hdr::F_NEEDS_CSUM,
-        gso_type: net_hdr::GSO_TCPV4,
-        hdr_len: 54,
-        gso_size: 1448,
-        csum_start: 34,
-        csum_offset: 16,
-        num_buffers: 0,
-    };
+    let (csum, tso4) = (csum_tcp4(), tso_tcp4());
     let tso6_ecn = VirtioNetHdr {
         flags: net_hdr::F_NEEDS_CSUM,
         gso_type: net_hdr::GSO_TCPV6 | net_hdr::GSO_ECN,
@@ -76,9 +82,7 @@ fn offload_headers_travel_with_the_frame() {
         assert_eq!(usize::from(got[0].num_buffers), (12 + len).div_ceil(2048));
         tally.add(&frames);
     }
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "offloads");
+    stop_clean(echo, &drv, tally, "offloads");
 }
 
 #[test]
@@ -96,52 +100,42 @@ fn offload_the_guest_did_not_ack_is_dropped() {
         0
     );
     refill_rx(&mut drv, 0, 32, 2048, RxLayout::Single);
-    let csum = VirtioNetHdr {
-        flags: net_hdr::F_NEEDS_CSUM,
-        csum_start: 34,
-        csum_offset: 16,
-        ..VirtioNetHdr::default()
-    };
-    let tso4 = VirtioNetHdr {
-        gso_type: net_hdr::GSO_TCPV4,
-        hdr_len: 54,
-        gso_size: 1448,
-        ..csum
-    };
+    let (csum, tso4) = (csum_tcp4(), tso_tcp4());
     for (n, (hdr, len)) in [(csum, 1514), (tso4, 9000)].into_iter().enumerate() {
         let b = encode_hdr(&hdr, drv.hdr_len());
-        drv.send_frame(0, &b, &frame(len, n as u32), TxLayout::Single)
-            .unwrap();
-        drv.kick_tx(0);
-        assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
-        wait_until("an offload_unsupported rx drop", || {
-            echo.counters(0)
-                .rx
-                .drops_for(DropReason::OffloadUnsupported)
-                == n as u64 + 1
-        });
+        let f = frame(len, n as u32);
+        send_to_rx_drop(
+            &echo,
+            &mut drv,
+            &b,
+            &f,
+            DropReason::OffloadUnsupported,
+            n as u64 + 1,
+        );
         assert!(drv.recv_frames(0).is_empty());
     }
     let plain = vec![frame(1514, 9)];
     round_trip_plain(&mut drv, 0, &plain);
     assert_no_violations(&drv);
     let c = echo.stop();
-    assert_eq!((c[0].tx.packets, c[0].tx.bytes), (3, 1514 + 9000 + 1514));
     assert_eq!(c[0].tx.dropped(), 0);
-    assert_eq!((c[0].rx.packets, c[0].rx.bytes), (1, 1514));
-    assert_eq!(c[0].rx.drops_for(DropReason::OffloadUnsupported), 2);
-    assert_eq!(c[0].rx.dropped(), 2);
+    assert_rx_drop_counts(
+        &c[0],
+        (3, 1514 + 9000 + 1514),
+        (1, 1514),
+        DropReason::OffloadUnsupported,
+        2,
+    );
 }
 
 // ===== packed rings =====
 
 #[test]
 fn packed_rings_are_offered_the_driver_uses_split_rings() {
-    let echo = Echo::server("packed-offer", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        features: DEFAULT_FEATURES | bits::RING_PACKED | bits::IN_ORDER,
-        ..DriverOpts::default()
-    });
+    let (echo, mut drv) = connect_offering(
+        "packed-offer",
+        DEFAULT_FEATURES | bits::RING_PACKED | bits::IN_ORDER,
+    );
     assert_ne!(
         drv.offered_features() & bits::RING_PACKED,
         0,
@@ -159,9 +153,6 @@ fn packed_rings_are_offered_the_driver_uses_split_rings() {
     let mut tally = [Tally::default()];
     refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let frames: Vec<Vec<u8>> = (0..32).map(|i| frame(60 + 40 * i, seed(0, 0, i))).collect();
-    round_trip_plain(&mut drv, 0, &frames);
-    tally[0].add(&frames);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally[0], "in order");
+    round_trip_tallied(&mut drv, 0, &frames, &mut tally[0]);
+    stop_clean(echo, &drv, tally[0], "in order");
 }

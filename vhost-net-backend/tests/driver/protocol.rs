@@ -12,7 +12,7 @@ use vhost::vhost_user::VhostUserFrontend;
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo};
 use vhost_net_backend::device::bits;
 use vhost_net_backend::test_utils::{
-    DriverError, DriverOpts, MemTableMode, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
+    DriverError, DriverOpts, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
 };
 
 use crate::harness::*;
@@ -57,9 +57,7 @@ fn features_not_offered_are_refused() {
     let mut drv = echo.connect(DriverOpts::default());
     traffic_flows(&mut drv, 1, 1, &mut tally);
     assert_eq!(echo.port().connections(), 4);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally[0], "after refused features");
+    stop_clean(echo, &drv, tally[0], "after refused features");
 }
 
 /// Connects, writes `bytes`, and expects the backend to close the connection.
@@ -113,9 +111,7 @@ fn garbage_on_the_socket_hangs_up_and_the_next_frontend_is_served() {
     wait_until("all connections counted", || {
         echo.port().connections() == garbage.len() as u64 + 1
     });
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally[0], "after garbage");
+    stop_clean(echo, &drv, tally[0], "after garbage");
 }
 
 #[test]
@@ -193,11 +189,7 @@ fn queue_num_and_mq_follow_the_pair_count() {
 #[test]
 fn max_mem_slots_and_add_mem_reg() {
     let echo = Echo::server("proto-memslots", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        mem_table: MemTableMode::AddMemReg,
-        split_regions: true,
-        ..DriverOpts::default()
-    });
+    let mut drv = echo.connect(regions_added_one_by_one());
     assert_eq!(drv.max_mem_slots(), Some(509), "GET_MAX_MEM_SLOTS");
     let mut tally = Tally::default();
     let echo_batch = |drv: &mut TestDriver, batch: usize, tally: &mut Tally| {
@@ -253,7 +245,5 @@ fn max_mem_slots_and_add_mem_reg() {
         drv.frontend().remove_mem_region(r).expect("REM_MEM_REG");
     }
     echo_batch(&mut drv, 2, &mut tally);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "memory slots");
+    stop_clean(echo, &drv, tally, "memory slots");
 }

@@ -201,30 +201,18 @@ fn memory_in_two_regions() {
 
 #[test]
 fn without_mrg_rxbuf_a_frame_too_big_for_the_buffer_is_dropped() {
-    let echo = Echo::server("nomrg-small", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        features: bits::VERSION_1,
-        ..DriverOpts::default()
-    });
+    let (echo, mut drv) = connect_offering("nomrg-small", bits::VERSION_1);
     refill_rx(&mut drv, 0, 4, 2048, RxLayout::Single);
     let hdr = drv.zero_hdr();
-    drv.send_frame(0, &hdr, &frame(4000, 1), TxLayout::Single)
-        .expect("send");
-    drv.kick_tx(0);
-    assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
-    wait_until("a TooLong rx drop", || {
-        echo.counters(0).rx.drops_for(DropReason::TooLong) == 1
-    });
+    let f = frame(4000, 1);
+    send_to_rx_drop(&echo, &mut drv, &hdr, &f, DropReason::TooLong, 1);
     // The buffer was not consumed: the next frame that fits takes it.
     assert_eq!(drv.in_flight(0, true), 4);
     let small = vec![frame(1514, 2)];
     round_trip_plain(&mut drv, 0, &small);
     assert_no_violations(&drv);
     let c = echo.stop();
-    assert_eq!((c[0].tx.packets, c[0].tx.bytes), (2, 4000 + 1514));
-    assert_eq!((c[0].rx.packets, c[0].rx.bytes), (1, 1514));
-    assert_eq!(c[0].rx.drops_for(DropReason::TooLong), 1);
-    assert_eq!(c[0].rx.dropped(), 1);
+    assert_rx_drop_counts(&c[0], (2, 4000 + 1514), (1, 1514), DropReason::TooLong, 1);
 }
 
 #[test]
@@ -244,16 +232,13 @@ fn ring_indices_wrap_past_65536() {
         let frames: Vec<Vec<u8>> = (0..BATCH)
             .map(|i| frame(60 + i, seed(0, batch, i)))
             .collect();
-        round_trip_plain(&mut drv, 0, &frames);
-        tally.add(&frames);
+        round_trip_tallied(&mut drv, 0, &frames, &mut tally);
         batch += 1;
     }
     let total = tally.frames as usize;
     assert_eq!(drv.used_idx(0, false).unwrap(), (total % 65536) as u16);
     assert_eq!(drv.used_idx(0, true).unwrap(), (total % 65536) as u16);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "wrap");
+    stop_clean(echo, &drv, tally, "wrap");
 }
 
 #[test]
@@ -263,13 +248,8 @@ fn mrg_rxbuf_a_frame_bigger_than_the_posted_buffers_leaves_them_posted() {
     // Two 2048-byte buffers cannot hold a 9000-byte frame: it is dropped, the buffers stay.
     refill_rx(&mut drv, 0, 2, 2048, RxLayout::Single);
     let hdr = drv.zero_hdr();
-    drv.send_frame(0, &hdr, &frame(9000, 1), TxLayout::Single)
-        .unwrap();
-    drv.kick_tx(0);
-    assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
-    wait_until("a no_buffers rx drop", || {
-        echo.counters(0).rx.drops_for(DropReason::NoBuffers) == 1
-    });
+    let f = frame(9000, 1);
+    send_to_rx_drop(&echo, &mut drv, &hdr, &f, DropReason::NoBuffers, 1);
     assert!(drv.recv_frames(0).is_empty());
     assert_eq!(drv.in_flight(0, true), 2);
     let fits = vec![frame(3000, 2)];
@@ -277,10 +257,7 @@ fn mrg_rxbuf_a_frame_bigger_than_the_posted_buffers_leaves_them_posted() {
     assert_eq!(got[0].num_buffers, 2);
     assert_no_violations(&drv);
     let c = echo.stop();
-    assert_eq!((c[0].tx.packets, c[0].tx.bytes), (2, 12_000));
-    assert_eq!((c[0].rx.packets, c[0].rx.bytes), (1, 3000));
-    assert_eq!(c[0].rx.drops_for(DropReason::NoBuffers), 1);
-    assert_eq!(c[0].rx.dropped(), 1);
+    assert_rx_drop_counts(&c[0], (2, 12_000), (1, 3000), DropReason::NoBuffers, 1);
 }
 
 #[test]
@@ -376,8 +353,7 @@ fn extreme_queue_sizes() {
                 RxLayout::Single,
             );
             let frames = vec![frame(SIZES[i % SIZES.len()], seed(0, 0, i))];
-            round_trip_plain(&mut drv, 0, &frames);
-            tally.add(&frames);
+            round_trip_tallied(&mut drv, 0, &frames, &mut tally);
         }
         assert_no_violations(&drv);
         let c = echo.stop();
@@ -387,14 +363,11 @@ fn extreme_queue_sizes() {
 
 #[test]
 fn event_idx_used_event_suppresses_interrupts() {
-    let echo = Echo::server("used-event", |_| {});
-    let mut drv = echo.connect(DriverOpts::default());
+    let (echo, mut drv) = with_rx_buffers("used-event");
     assert_ne!(drv.acked_features() & bits::EVENT_IDX, 0);
-    refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let mut tally = Tally::default();
     let first = vec![frame(60, 1)];
-    round_trip_plain(&mut drv, 0, &first);
-    tally.add(&first);
+    round_trip_tallied(&mut drv, 0, &first, &mut tally);
     // Counted: its interrupt was sent too.
     echo.settle(0, 1, 1);
 
@@ -433,18 +406,12 @@ fn event_idx_used_event_suppresses_interrupts() {
         assert!(g.data == echoed(f));
     }
     tally.add(&frames);
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "used_event");
+    stop_clean(echo, &drv, tally, "used_event");
 }
 
 #[test]
 fn no_interrupt_flag_suppresses_interrupts_without_event_idx() {
-    let echo = Echo::server("no-interrupt", |_| {});
-    let mut drv = echo.connect(DriverOpts {
-        features: DEFAULT_FEATURES & !bits::EVENT_IDX,
-        ..DriverOpts::default()
-    });
+    let (echo, mut drv) = connect_offering("no-interrupt", DEFAULT_FEATURES & !bits::EVENT_IDX);
     refill_rx(&mut drv, 0, 64, 2048, RxLayout::Single);
     let mut tally = Tally::default();
     drv.set_no_interrupt(0, true, true).unwrap();
@@ -452,8 +419,7 @@ fn no_interrupt_flag_suppresses_interrupts_without_event_idx() {
     let notified = echo.counters(0).rx.notifications;
     let frames: Vec<Vec<u8>> = (0..8).map(|i| frame(200 + i, seed(0, 0, i))).collect();
     // round_trip polls the used ring, so it does not need the interrupts.
-    round_trip_plain(&mut drv, 0, &frames);
-    tally.add(&frames);
+    round_trip_tallied(&mut drv, 0, &frames, &mut tally);
     let c = echo.settle(0, 8, 8);
     assert!(
         !drv.take_call(0, true),
@@ -469,7 +435,5 @@ fn no_interrupt_flag_suppresses_interrupts_without_event_idx() {
     wait_until("an interrupt without VRING_AVAIL_F_NO_INTERRUPT", || {
         echo.counters(0).rx.notifications > notified
     });
-    assert_no_violations(&drv);
-    let c = echo.stop();
-    assert_clean_counts(&c[0], tally, "no_interrupt");
+    stop_clean(echo, &drv, tally, "no_interrupt");
 }
