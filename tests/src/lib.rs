@@ -13,6 +13,7 @@ pub mod features;
 pub mod netns;
 pub mod peers;
 pub mod qemu;
+pub mod switch;
 pub mod testpmd;
 pub mod uplink;
 pub mod wire;

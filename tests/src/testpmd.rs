@@ -380,6 +380,8 @@ pub struct FrontendOpts {
     /// Log the virtio PMD's init at debug level, which prints the feature
     /// bits it negotiated ([`Testpmd::negotiated_features`]).
     pub log_features: bool,
+    /// The vdev's `mac=`: the port's address (unset: random).
+    pub mac: Option<String>,
     /// What both roles set: `mac` forwarding, 16384 mbufs,
     /// [`Lcores::FRONTEND`] by default.
     pub port: PortOpts,
@@ -397,6 +399,7 @@ impl FrontendOpts {
             queue_size: None,
             pkt_len: None,
             log_features: true,
+            mac: None,
             port: PortOpts::new("mac", 16384, "fe", Lcores::FRONTEND),
         }
     }
@@ -413,6 +416,9 @@ impl FrontendOpts {
         }
         if let Some(size) = self.queue_size {
             let _ = write!(v, ",queue_size={size}");
+        }
+        if let Some(mac) = &self.mac {
+            let _ = write!(v, ",mac={mac}");
         }
         for (key, value) in [
             ("mrg_rxbuf", self.mrg_rxbuf),

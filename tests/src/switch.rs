@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! `vhu-switch` as a process under test: started on private directories
+//! (control socket, socket directory, state directory under a [`RunDir`]),
+//! driven through its control API with `vhu_api`'s client, stopped with
+//! SIGTERM (or killed) at the end.
+//!
+//! * `VHU_SWITCH_BIN`: the binary (default: `target/release/vhu-switch`,
+//!   built by `cargo build --release --workspace`).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use vhu_api::client::{self, ClientError};
+
+use crate::bins;
+use crate::testpmd::RunDir;
+
+/// The `vhu-switch` binary.
+pub fn switch_bin() -> PathBuf {
+    bins::from_env("VHU_SWITCH_BIN").unwrap_or_else(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        bins::built_example(
+            "vhu-switch",
+            &[root.join("target/release/vhu-switch")],
+            "cargo build --release --workspace",
+            "VHU_SWITCH_BIN",
+        )
+    })
+}
+
+/// A running switch.
+#[derive(Debug)]
+pub struct SwitchProc {
+    child: Option<Child>,
+    /// Its private directory.
+    pub dir: PathBuf,
+    /// The control socket.
+    pub control: PathBuf,
+    /// The socket directory.
+    pub sockets: PathBuf,
+    /// The state directory.
+    pub state: PathBuf,
+    log: PathBuf,
+    extra: Vec<String>,
+}
+
+impl SwitchProc {
+    /// Starts a switch in `run`'s directory with `config` (TOML; empty for
+    /// the defaults) and extra flags, and waits until it is ready.
+    pub fn start(run: &RunDir, config: &str, extra: &[&str]) -> Self {
+        let dir = run.path().to_owned();
+        let mut s = Self {
+            child: None,
+            control: dir.join("ctl.sock"),
+            sockets: dir.join("sockets"),
+            state: dir.join("state"),
+            log: dir.join("switch.log"),
+            dir,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        std::fs::write(s.dir.join("vhu.toml"), config).expect("write the config");
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open the switch log");
+        let child = Command::new(switch_bin())
+            .arg("--config")
+            .arg(self.dir.join("vhu.toml"))
+            .arg("--control-socket")
+            .arg(&self.control)
+            .arg("--socket-dir")
+            .arg(&self.sockets)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(&self.extra)
+            .env("VHU_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup the log"))
+            .stderr(log)
+            .spawn()
+            .expect("start vhu-switch");
+        self.child = Some(child);
+        self.wait_ready(Duration::from_secs(20));
+    }
+
+    /// Starts the switch again on the same directories (after a stop or a
+    /// kill).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the switch still runs");
+        self.spawn();
+    }
+
+    /// Waits until `GET /ready` answers 200.
+    pub fn wait_ready(&mut self, timeout: Duration) {
+        let t0 = Instant::now();
+        loop {
+            if let Ok((200, _)) = self.try_call("GET", "/ready", None) {
+                return;
+            }
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "vhu-switch exited with {st} while starting:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "vhu-switch not ready after {timeout:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Everything the switch logged.
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// One request; the status and body, whatever the status.
+    pub fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(u16, Vec<u8>), ClientError> {
+        let stream = vhost_net_backend::sys::unix::connect(&self.control)?;
+        match client::call(stream, method, path, body) {
+            Ok(r) => Ok(r),
+            Err(ClientError::Refused { status, message }) => {
+                let body = serde_json::to_vec(&vhu_api::ApiError::new(message)).unwrap_or_default();
+                Ok((status, body))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One request that must succeed with `status`; its body.
+    pub fn call(&self, method: &str, path: &str, body: &str, status: u16) -> Vec<u8> {
+        let b = (!body.is_empty()).then_some(body.as_bytes());
+        let (s, out) = self
+            .try_call(method, path, b)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}\n{}", self.log()));
+        assert_eq!(
+            s,
+            status,
+            "{method} {path} {body}: {}\n{}",
+            String::from_utf8_lossy(&out),
+            self.log()
+        );
+        out
+    }
+
+    /// `GET path` as JSON.
+    pub fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        let b = self.call("GET", path, "", 200);
+        serde_json::from_slice(&b).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
+    /// SIGTERM; waits for the exit.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = c.try_wait().expect("wait") {
+                return st;
+            }
+            if t0.elapsed() > Duration::from_secs(15) {
+                let _ = c.kill();
+                panic!(
+                    "vhu-switch did not stop within 15 s of SIGTERM:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        let mut c = self.child.take().expect("running");
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for SwitchProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("----- vhu-switch log -----\n{}----- end -----", self.log());
+        }
+    }
+}
