@@ -105,6 +105,14 @@ fn invalid(why: &'static str) -> VuError {
 }
 
 impl PortCtl {
+    /// Queue pairs whose two rings both run (started and enabled).
+    pub(crate) fn running_pairs(&self) -> usize {
+        self.vrings
+            .chunks(2)
+            .filter(|p| p.iter().all(|v| v.running.is_some()))
+            .count()
+    }
+
     pub(crate) fn new(params: DeviceParams, shared: Vec<Arc<VringShared>>) -> Self {
         Self {
             params,

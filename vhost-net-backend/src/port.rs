@@ -257,6 +257,14 @@ impl Port {
         self.inner.acked.load(Ordering::Acquire)
     }
 
+    /// Queue pairs the current frontend started and enabled (0 when none).
+    ///
+    /// Takes the control thread's lock: for the control plane, not for a
+    /// data-plane thread.
+    pub fn running_queue_pairs(&self) -> usize {
+        lock(&self.inner.ctl).running_pairs()
+    }
+
     /// Counters of vring `index` (RX of pair `i` is `2i`, TX is `2i + 1`).
     pub fn vring_counters(&self, index: usize) -> Option<QueueCounters> {
         self.inner.vrings.get(index).map(|v| v.stats.snapshot())

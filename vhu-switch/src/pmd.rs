@@ -30,7 +30,7 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use vhost_net_backend::poll::{Notify, Token};
+use vhost_net_backend::poll::{Notify, Step, Token};
 use vhost_net_backend::stats::DropCounts;
 use vhost_net_backend::wire::{L2Head, ETH_P_8021Q, VLAN_HLEN};
 use vhost_net_backend::{
@@ -300,16 +300,23 @@ impl Pmd {
                 ports,
                 poller,
                 poll,
+                wake,
                 ..
             } = &mut self;
-            poll.round(moved, false, &mut Ports(ports), poller)?;
+            let step = poll.round(moved, false, &mut Ports(ports), poller)?;
+            // Woken by a command: drain the eventfd (level-triggered), or
+            // the next sleep would return at once. The commands themselves
+            // are read at the top of the loop, without a syscall.
+            if step == Step::Slept && poller.fired().any(|t| t == Token(TOKEN_COMMAND)) {
+                let _ = wake.read();
+            }
         }
         Ok(())
     }
 
+    /// Applies the commands sent since the last burst (a lock-free look at
+    /// the channel when there are none).
     fn apply_commands(&mut self) {
-        // Drain the wake-up; EAGAIN means none came.
-        let _ = self.wake.read();
         while let Ok(c) = self.commands.try_recv() {
             match c {
                 Command::Add(mut p, ack) => {

@@ -365,20 +365,24 @@ impl Switch {
     }
 
     fn view(&self, e: &Entry) -> PortView {
-        let (connected, features, socket) = match &e.handle {
+        let (connected, features, pairs, socket) = match &e.handle {
             Handle::Guest(p, path) => (
                 p.is_connected(),
                 p.acked_features(),
+                p.running_queue_pairs() as u32,
                 Some(path.display().to_string()),
             ),
-            Handle::Uplink(_) => (e.counters.connected.load(Ordering::Relaxed), 0, None),
+            Handle::Uplink(_) => {
+                let up = e.counters.connected.load(Ordering::Relaxed);
+                (up, 0, u32::from(up), None)
+            }
         };
         PortView {
             spec: e.spec.clone(),
             state: PortState {
                 connected,
                 features,
-                queue_pairs: if connected { e.spec.queues() } else { 0 },
+                queue_pairs: pairs,
                 socket_path: socket,
                 pmd: 0,
                 origin: e.origin.name().into(),
