@@ -149,15 +149,14 @@ fn hdr_from_ne(b: &[u8; RX_VNET_LEN]) -> VirtioNetHdr {
     }
 }
 
+/// The header in native order, `num_buffers` (bytes 10 and 11, sent with a
+/// 12-byte `PACKET_VNET_HDR_SZ`) zero: it means nothing on transmit.
 fn hdr_to_ne(h: &VirtioNetHdr) -> [u8; net_hdr::MAX_HDR_LEN] {
-    let mut b = [0u8; net_hdr::MAX_HDR_LEN];
-    b[0] = h.flags;
-    b[1] = h.gso_type;
-    b[2..4].copy_from_slice(&h.hdr_len.to_ne_bytes());
-    b[4..6].copy_from_slice(&h.gso_size.to_ne_bytes());
-    b[6..8].copy_from_slice(&h.csum_start.to_ne_bytes());
-    b[8..10].copy_from_slice(&h.csum_offset.to_ne_bytes());
-    b
+    let tx = VirtioNetHdr {
+        num_buffers: 0,
+        ..*h
+    };
+    tx.to_bytes_in(u16::to_ne_bytes)
 }
 
 // ===== offload policy =====
