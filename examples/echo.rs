@@ -21,15 +21,14 @@
 //! frames echo delivered into the guest.
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use vhost_net_backend::poll::{self, PollLoop, Poller};
-use vhost_net_backend::{Offloads, Port, PortConfig, QueuePair, SocketRole};
-use vhu_examples::MAX_BURST;
+use vhost_net_backend::poll::{self, PollLoop};
+use vhost_net_backend::{Port, QueuePair};
+use vhu_examples::PortArgs;
 
 /// How the data-plane thread waits for work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -47,13 +46,8 @@ enum PollMode {
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// vhost-user socket path.
-    #[arg(long)]
-    socket: PathBuf,
-    /// Connect to a socket the frontend created (and reconnect when it goes
-    /// away) instead of creating one.
-    #[arg(long)]
-    client: bool,
+    #[command(flatten)]
+    port: PortArgs,
     /// Number of queue pairs.
     #[arg(long, default_value_t = 1)]
     queues: u16,
@@ -77,8 +71,7 @@ struct Args {
 fn main() -> ExitCode {
     vhu_examples::init_logging();
     let args = Args::parse();
-    if args.burst == 0 || args.burst > MAX_BURST {
-        eprintln!("echo: --burst must be 1 to {MAX_BURST}");
+    if !vhu_examples::burst_ok("echo", args.burst) {
         return ExitCode::from(64);
     }
 
@@ -90,18 +83,8 @@ fn main() -> ExitCode {
         }
     };
 
-    let mut cfg = PortConfig::new("echo", &args.socket);
-    cfg.role = if args.client {
-        SocketRole::Client
-    } else {
-        SocketRole::Server
-    };
+    let mut cfg = args.port.port_config("echo", args.no_offloads);
     cfg.queue_pairs = args.queues;
-    cfg.offloads = if args.no_offloads {
-        Offloads::none()
-    } else {
-        Offloads::checksum_and_tso()
-    };
     let (port, mut qps) = match Port::new(cfg) {
         Ok(p) => p,
         Err(e) => {
@@ -121,14 +104,7 @@ fn main() -> ExitCode {
 
 /// The data-plane loop: one thread serving every queue pair.
 fn run(args: &Args, qps: &mut [QueuePair], stop: &AtomicBool) -> std::io::Result<()> {
-    if let Some(cpu) = args.cpu {
-        vhost_net_backend::sys::pin_current_thread(cpu)?;
-        tracing::info!("data plane pinned to CPU {cpu}");
-    }
-    let mut poller = Poller::new()?;
-    for qp in qps.iter_mut() {
-        poller.add(qp)?;
-    }
+    let mut poller = vhu_examples::data_plane_poller(args.cpu, qps)?;
     let mode = match args.poll {
         PollMode::Busy => poll::PollMode::Busy,
         PollMode::Adaptive => poll::PollMode::Adaptive,
@@ -159,15 +135,5 @@ fn echo_burst(qp: &mut QueuePair, burst: usize) -> usize {
     if limit == 0 {
         return 0;
     }
-    let mut rx = qp.rx.burst();
-    qp.tx.recv_burst(limit, |frame| {
-        let head = frame.head_mut();
-        if head.len() >= 12 {
-            let (dst, src) = head.split_at_mut(6);
-            dst.swap_with_slice(&mut src[..6]);
-        }
-        let hdr = *frame.hdr();
-        // A failure is counted in the RX queue's drop counters.
-        let _ = rx.push(&hdr, frame);
-    })
+    qp.echo_burst(limit)
 }

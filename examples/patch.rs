@@ -67,9 +67,10 @@
 //! Exit codes: 0 after a signal, 64 for bad arguments, 1 when the uplink
 //! cannot be opened (e.g. `--zero-copy require` on a driver without it) or
 //! the data plane fails.
+//!
+//! [`Offloads::checksum_and_tso`]: vhost_net_backend::Offloads::checksum_and_tso
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -80,12 +81,10 @@ use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig};
 use vhost_net_backend::io::af_xdp::{AfXdp, AfXdpConfig, Attach, BindMode, ZeroCopy};
 use vhost_net_backend::io::tap::{Tap, TapConfig};
 use vhost_net_backend::io::Uplink;
-use vhost_net_backend::poll::{self, PollLoop, Poller};
+use vhost_net_backend::poll::{self, PollLoop};
 use vhost_net_backend::sink::{Sink, UplinkSink, GUEST_OFFLOADS};
-use vhost_net_backend::{
-    ForwardCounters, Forwarder, Offloads, Port, PortConfig, QueuePair, SocketRole,
-};
-use vhu_examples::MAX_BURST;
+use vhost_net_backend::{ForwardCounters, Forwarder, Port, QueuePair};
+use vhu_examples::PortArgs;
 
 /// How the data-plane thread waits for work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -151,13 +150,8 @@ fn parse_uplink(s: &str) -> Result<UplinkSpec, String> {
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// vhost-user socket path.
-    #[arg(long)]
-    socket: PathBuf,
-    /// Connect to a socket the frontend created (and reconnect when it goes
-    /// away) instead of creating one.
-    #[arg(long)]
-    client: bool,
+    #[command(flatten)]
+    port: PortArgs,
     /// The uplink: `af_xdp:IFACE`, `af_packet:IFACE` or `tap:NAME` (a TAP
     /// that does not exist is created, and goes away with the process).
     #[arg(long, value_parser = parse_uplink)]
@@ -208,8 +202,7 @@ const RX_SUPER_FRAMES: u64 = bits::GUEST_TSO4 | bits::GUEST_TSO6 | bits::GUEST_U
 fn main() -> ExitCode {
     vhu_examples::init_logging();
     let args = Args::parse();
-    if args.burst == 0 || args.burst > MAX_BURST {
-        eprintln!("patch: --burst must be 1 to {MAX_BURST}");
+    if !vhu_examples::burst_ok("patch", args.burst) {
         return ExitCode::from(64);
     }
     if args.queues != 1 {
@@ -343,18 +336,8 @@ fn open_af_xdp(ifname: &str, args: &Args) -> Result<AfXdp, Failure> {
 
 /// Creates the port, runs the data plane until a signal, prints counters.
 fn serve<U: Uplink>(uplink: U, args: &Args, stop: &AtomicBool) -> Result<(), Failure> {
-    let mut cfg = PortConfig::new("patch", &args.socket);
-    cfg.role = if args.client {
-        SocketRole::Client
-    } else {
-        SocketRole::Server
-    };
+    let mut cfg = args.port.port_config("patch", args.no_offloads);
     cfg.queue_pairs = 1;
-    cfg.offloads = if args.no_offloads {
-        Offloads::none()
-    } else {
-        Offloads::checksum_and_tso()
-    };
     let (port, mut qps) =
         Port::new(cfg).map_err(|e| Failure::Usage(vhu_examples::error_chain(&e)))?;
     let mut dp = DataPlane::new(uplink, args.burst);
@@ -431,14 +414,7 @@ impl<U: Uplink> DataPlane<U> {
         qps: &mut [QueuePair],
         stop: &AtomicBool,
     ) -> std::io::Result<()> {
-        if let Some(cpu) = args.cpu {
-            vhost_net_backend::sys::pin_current_thread(cpu)?;
-            tracing::info!("data plane pinned to CPU {cpu}");
-        }
-        let mut poller = Poller::new()?;
-        for qp in qps.iter_mut() {
-            poller.add(qp)?;
-        }
+        let mut poller = vhu_examples::data_plane_poller(args.cpu, qps)?;
         let mode = match args.poll {
             PollMode::Busy => poll::PollMode::Busy,
             PollMode::Adaptive => poll::PollMode::Adaptive,
@@ -479,8 +455,7 @@ impl<U: Uplink> DataPlane<U> {
         });
         if n > 0 {
             if let Err(e) = sink.flush() {
-                self.tx_flush_errors += 1;
-                if self.tx_flush_errors.is_power_of_two() {
+                if count_error(&mut self.tx_flush_errors) {
                     tracing::warn!(
                         "uplink {}: tx: flush failed ({} times so far): {e}",
                         self.uplink.name(),
@@ -532,8 +507,7 @@ impl<U: Uplink> DataPlane<U> {
         match r {
             Ok(n) => n,
             Err(e) => {
-                self.rx_errors += 1;
-                if self.rx_errors.is_power_of_two() {
+                if count_error(&mut self.rx_errors) {
                     tracing::warn!(
                         "uplink {}: rx: {e} ({} errors so far)",
                         self.uplink.name(),
@@ -544,6 +518,13 @@ impl<U: Uplink> DataPlane<U> {
             }
         }
     }
+}
+
+/// Counts one more error in `count`; true when it deserves a log line (the
+/// 1st, 2nd, 4th, 8th, ...: a lasting failure does not flood the log).
+fn count_error(count: &mut u64) -> bool {
+    *count += 1;
+    count.is_power_of_two()
 }
 
 fn print_counters<U: Uplink>(qps: &[QueuePair], dp: &DataPlane<U>) {

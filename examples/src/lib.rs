@@ -3,14 +3,60 @@
 //! signals, error chains and the per-queue counter lines they print.
 #![forbid(unsafe_code)]
 
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use vhost_net_backend::{DropReason, QueuePair};
+use vhost_net_backend::poll::Poller;
+use vhost_net_backend::{DropReason, Offloads, PortConfig, QueuePair, SocketRole};
 
 /// Largest burst the examples accept (the ring engine handles any; this
 /// bounds latency).
 pub const MAX_BURST: usize = 256;
+
+/// The command-line options that place an example's vhost-user port
+/// (flattened into each example's arguments).
+#[derive(Debug, clap::Args)]
+pub struct PortArgs {
+    /// vhost-user socket path.
+    #[arg(long)]
+    pub socket: PathBuf,
+    /// Connect to a socket the frontend created (and reconnect when it goes
+    /// away) instead of creating one.
+    #[arg(long)]
+    pub client: bool,
+}
+
+impl PortArgs {
+    /// The configuration of a port named `name` on this socket, in this
+    /// role, offering checksum and TSO offloads unless `no_offloads`.
+    #[must_use]
+    pub fn port_config(&self, name: &str, no_offloads: bool) -> PortConfig {
+        let mut cfg = PortConfig::new(name, &self.socket);
+        cfg.role = if self.client {
+            SocketRole::Client
+        } else {
+            SocketRole::Server
+        };
+        cfg.offloads = if no_offloads {
+            Offloads::none()
+        } else {
+            Offloads::checksum_and_tso()
+        };
+        cfg
+    }
+}
+
+/// Whether `burst` is a valid `--burst` (1 to [`MAX_BURST`]); if not, says
+/// so on stderr, as `prog: ...`.
+#[must_use]
+pub fn burst_ok(prog: &str, burst: usize) -> bool {
+    let ok = burst != 0 && burst <= MAX_BURST;
+    if !ok {
+        eprintln!("{prog}: --burst must be 1 to {MAX_BURST}");
+    }
+    ok
+}
 
 /// Logs to stderr, filtered by `VHU_LOG` (default `info`).
 pub fn init_logging() {
@@ -33,6 +79,23 @@ pub fn stop_on_signals() -> std::io::Result<Arc<AtomicBool>> {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     Ok(stop)
+}
+
+/// Prepares the calling thread to run the data plane: pins it to `cpu` (if
+/// given) and returns a poller that watches every queue pair's kicks.
+///
+/// # Errors
+/// Pinning, or creating the poller or adding a queue pair to it, failed.
+pub fn data_plane_poller(cpu: Option<usize>, qps: &mut [QueuePair]) -> std::io::Result<Poller> {
+    if let Some(cpu) = cpu {
+        vhost_net_backend::sys::pin_current_thread(cpu)?;
+        tracing::info!("data plane pinned to CPU {cpu}");
+    }
+    let mut poller = Poller::new()?;
+    for qp in qps.iter_mut() {
+        poller.add(qp)?;
+    }
+    Ok(poller)
 }
 
 /// An error and its sources, `: `-separated.

@@ -616,6 +616,20 @@ mod tests {
         VhostUserMemoryRegion::new(GPA, SIZE, VA, 0)
     }
 
+    /// Places ring `index` at the start of the guest memory of [`region`]:
+    /// descriptor table at `VA`, available ring at `VA + 0x1000`, used ring
+    /// at `VA + 0x2000`.
+    fn set_ring_at_start(c: &mut PortCtl, index: u32) -> VuResult<()> {
+        c.set_vring_addr(
+            index,
+            VhostUserVringAddrFlags::empty(),
+            VA,
+            VA + 0x2000,
+            VA + 0x1000,
+            0,
+        )
+    }
+
     #[test]
     fn features_outside_the_offer_are_refused() {
         let (mut c, _) = ctl(1);
@@ -668,30 +682,10 @@ mod tests {
     #[test]
     fn ring_addresses_are_translated_and_checked() {
         let (mut c, _) = ctl(1);
-        assert!(
-            c.set_vring_addr(
-                0,
-                VhostUserVringAddrFlags::empty(),
-                VA,
-                VA + 0x2000,
-                VA + 0x1000,
-                0
-            )
-            .is_err(),
-            "no memory table yet"
-        );
+        assert!(set_ring_at_start(&mut c, 0).is_err(), "no memory table yet");
         let (_d, f) = guest_file(SIZE);
         c.set_mem_table(&[region()], vec![f], None).unwrap();
-        assert!(c
-            .set_vring_addr(
-                0,
-                VhostUserVringAddrFlags::empty(),
-                VA,
-                VA + 0x2000,
-                VA + 0x1000,
-                0
-            )
-            .is_ok());
+        assert!(set_ring_at_start(&mut c, 0).is_ok());
         assert!(
             c.set_vring_addr(
                 0,
@@ -748,15 +742,7 @@ mod tests {
         let offered = c.get_features().unwrap();
         c.set_features(offered).unwrap();
         c.set_vring_num(0, 256).unwrap();
-        c.set_vring_addr(
-            0,
-            VhostUserVringAddrFlags::empty(),
-            VA,
-            VA + 0x2000,
-            VA + 0x1000,
-            0,
-        )
-        .unwrap();
+        set_ring_at_start(&mut c, 0).unwrap();
         c.set_vring_base(0, 5).unwrap();
         c.set_vring_kick(0, None).unwrap();
         c.set_vring_enable(0, true).unwrap();
@@ -783,15 +769,7 @@ mod tests {
         c.set_mem_table(&[region()], vec![f], None).unwrap();
         c.set_features(bits::VERSION_1).unwrap();
         c.set_vring_num(1, 64).unwrap();
-        c.set_vring_addr(
-            1,
-            VhostUserVringAddrFlags::empty(),
-            VA,
-            VA + 0x2000,
-            VA + 0x1000,
-            0,
-        )
-        .unwrap();
+        set_ring_at_start(&mut c, 1).unwrap();
         c.set_vring_kick(1, None).unwrap();
         assert!(c.vrings[1].running.is_some());
     }

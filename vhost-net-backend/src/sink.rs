@@ -137,7 +137,7 @@ pub(crate) mod tests {
     use std::os::fd::RawFd;
 
     use super::*;
-    use crate::io::{UplinkCounters, UplinkOffloads};
+    use crate::io::{RxFn, UplinkCounters, UplinkOffloads};
     use crate::queue::copy_frame;
 
     /// An uplink whose transmit buffers are full for the first `full`
@@ -156,11 +156,7 @@ pub(crate) mod tests {
         fn name(&self) -> &str {
             "fake"
         }
-        fn rx_burst(
-            &mut self,
-            _max: usize,
-            _f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
-        ) -> std::io::Result<usize> {
+        fn rx_burst(&mut self, _max: usize, _f: RxFn<'_>) -> std::io::Result<usize> {
             Ok(0)
         }
         fn tx_push(

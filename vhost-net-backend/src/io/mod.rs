@@ -82,6 +82,10 @@ impl UplinkCounters {
     }
 }
 
+/// What [`Uplink::rx_burst`] lends each received frame to: the frame's
+/// offload metadata and its bytes, which are valid during the call only.
+pub type RxFn<'a> = &'a mut dyn FnMut(&VirtioNetHdr, &[u8]);
+
 /// Packet I/O to the host, in bursts.
 ///
 /// Hot path: implementations make no allocation per frame, take no lock,
@@ -97,11 +101,7 @@ pub trait Uplink: Send {
     ///
     /// # Errors
     /// A socket error (not EAGAIN, which is 0 frames).
-    fn rx_burst(
-        &mut self,
-        max: usize,
-        f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
-    ) -> io::Result<usize>;
+    fn rx_burst(&mut self, max: usize, f: RxFn<'_>) -> io::Result<usize>;
 
     /// Copies one frame into a transmit buffer (one copy). Frames are sent
     /// at the next [`Uplink::tx_flush`] (or earlier, when buffers run out).

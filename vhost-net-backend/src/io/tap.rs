@@ -42,7 +42,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use super::offload::{self, Segmenter};
-use super::{Uplink, UplinkCounters, UplinkOffloads};
+use super::{RxFn, Uplink, UplinkCounters, UplinkOffloads};
 use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
 use crate::queue::{copy_frame, FrameSource};
@@ -263,11 +263,7 @@ impl Uplink for Tap {
     }
 
     /// One `read` per frame (the TAP interface), no allocation.
-    fn rx_burst(
-        &mut self,
-        max: usize,
-        f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
-    ) -> io::Result<usize> {
+    fn rx_burst(&mut self, max: usize, f: RxFn<'_>) -> io::Result<usize> {
         let (mut reads, mut lent, mut bytes) = (0, 0usize, 0u64);
         let mut drops = DropCounts::default();
         let mut result = Ok(());

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use vmm_sys_util::epoll::Epoll;
 
 use crate::ring::{UsedId, MAX_CHAIN_SEGS, MAX_RX_FRAME_SEGS};
+use crate::wire::ETH_ALEN;
 
 /// The methods [`RxQueue`] and [`TxQueue`] share, over their `vring` and
 /// `index` fields.
@@ -95,6 +96,25 @@ impl QueuePair {
     /// The queue pair's index within its port.
     pub fn index(&self) -> u16 {
         self.rx.index
+    }
+
+    /// Reflects up to `max` frames the guest transmitted back into its
+    /// receive queue, destination and source MAC addresses swapped: an echo
+    /// device, as the `echo` example and the driver tests run one. Returns
+    /// the frames dequeued from TX; one the RX queue cannot take is counted
+    /// in its drop counters.
+    pub fn echo_burst(&mut self, max: usize) -> usize {
+        let mut rx = self.rx.burst();
+        self.tx.recv_burst(max, |frame| {
+            let head = frame.head_mut();
+            if head.len() >= 2 * ETH_ALEN {
+                let (dst, src) = head.split_at_mut(ETH_ALEN);
+                dst.swap_with_slice(&mut src[..ETH_ALEN]);
+            }
+            let hdr = *frame.hdr();
+            // A failure is counted in the RX queue's drop counters.
+            let _ = rx.push(&hdr, frame);
+        })
     }
 
     /// Registers both queues' kick and wake eventfds with a poller's epoll

@@ -230,12 +230,7 @@ impl LoopbackGuest {
     /// # Panics
     /// When the range is outside guest memory.
     pub fn write_guest(&self, gpa: u64, bytes: &[u8]) {
-        let mut hint = 0;
-        let hva = self
-            .mem
-            .translate(gpa, bytes.len() as u64, &mut hint)
-            .expect("write inside guest memory");
-        write_bytes(hva, bytes);
+        write_bytes(self.hva(gpa, bytes.len(), "write"), bytes);
     }
 
     /// Reads raw bytes at a guest-physical address.
@@ -243,17 +238,21 @@ impl LoopbackGuest {
     /// # Panics
     /// When the range is outside guest memory.
     pub fn read_guest(&self, gpa: u64, out: &mut [u8]) {
-        let mut hint = 0;
-        let hva = self
-            .mem
-            .translate(gpa, out.len() as u64, &mut hint)
-            .expect("read inside guest memory");
-        read_bytes(hva, out);
+        read_bytes(self.hva(gpa, out.len(), "read"), out);
     }
 
     /// Length of the virtio-net header in front of every frame.
     pub fn hdr_len(&self) -> usize {
         self.hdr_len
+    }
+
+    /// The host address of guest-physical `gpa..gpa + len`; panics (naming
+    /// the `access`) when that is outside guest memory.
+    fn hva(&self, gpa: u64, len: usize, access: &str) -> usize {
+        let mut hint = 0;
+        self.mem
+            .translate(gpa, len as u64, &mut hint)
+            .unwrap_or_else(|| panic!("{access} inside guest memory"))
     }
 
     fn gpa(&self, hva: usize) -> u64 {

@@ -246,17 +246,7 @@ pub(crate) fn echo_loop(mut qps: Vec<QueuePair>, stop: &AtomicBool, wake: &Event
 
 /// Reflects up to [`BURST`] frames of one pair, MACs swapped. Returns frames dequeued.
 pub(crate) fn echo_burst(qp: &mut QueuePair) -> usize {
-    let mut rx = qp.rx.burst();
-    qp.tx.recv_burst(BURST, |frame| {
-        let head = frame.head_mut();
-        if head.len() >= 12 {
-            let (dst, src) = head.split_at_mut(6);
-            dst.swap_with_slice(&mut src[..6]);
-        }
-        let hdr = *frame.hdr();
-        // A failure is counted in the RX queue's drop counters.
-        let _ = rx.push(&hdr, frame);
-    })
+    qp.echo_burst(BURST)
 }
 
 /// Polls `cond` every millisecond until it holds; fails the test after [`TIMEOUT`].

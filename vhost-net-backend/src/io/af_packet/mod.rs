@@ -76,7 +76,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 
 use super::offload::{self, Segmenter};
-use super::{Uplink, UplinkCounters, UplinkOffloads};
+use super::{RxFn, Uplink, UplinkCounters, UplinkOffloads};
 use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
 use crate::queue::{copy_frame, FrameSource};
@@ -92,16 +92,20 @@ mod ring;
 pub use self::config::{AfPacketConfig, AfPacketError, FanoutMode, RxRingConfig, TxRingConfig};
 use self::ring::{Cursor, RxRing, TxRing};
 
-/// `SO_SNDBUFFORCE` where the generic socket option numbers apply.
-#[cfg(any(
+/// `SO_SNDBUFFORCE` where the generic socket option numbers apply (`None`
+/// elsewhere: only plain `SO_SNDBUF` is tried there).
+const SO_SNDBUFFORCE: Option<libc::c_int> = if cfg!(any(
     target_arch = "x86_64",
     target_arch = "x86",
     target_arch = "aarch64",
     target_arch = "arm",
     target_arch = "riscv64",
     target_arch = "loongarch64"
-))]
-const SO_SNDBUFFORCE: libc::c_int = 32;
+)) {
+    Some(32)
+} else {
+    None
+};
 /// `TxRing::lens` marker of a slot dropped by [`Uplink::tx_flush`].
 const DROPPED: u32 = u32::MAX;
 /// Smallest RX block: a 64 KiB super-frame plus headers must fit in one.
@@ -145,15 +149,14 @@ fn hdr_from_ne(b: &[u8; RX_VNET_LEN]) -> VirtioNetHdr {
     }
 }
 
+/// The header in native order, `num_buffers` (bytes 10 and 11, sent with a
+/// 12-byte `PACKET_VNET_HDR_SZ`) zero: it means nothing on transmit.
 fn hdr_to_ne(h: &VirtioNetHdr) -> [u8; net_hdr::MAX_HDR_LEN] {
-    let mut b = [0u8; net_hdr::MAX_HDR_LEN];
-    b[0] = h.flags;
-    b[1] = h.gso_type;
-    b[2..4].copy_from_slice(&h.hdr_len.to_ne_bytes());
-    b[4..6].copy_from_slice(&h.gso_size.to_ne_bytes());
-    b[6..8].copy_from_slice(&h.csum_start.to_ne_bytes());
-    b[8..10].copy_from_slice(&h.csum_offset.to_ne_bytes());
-    b
+    let tx = VirtioNetHdr {
+        num_buffers: 0,
+        ..*h
+    };
+    tx.to_bytes_in(u16::to_ne_bytes)
 }
 
 // ===== offload policy =====
@@ -276,25 +279,9 @@ impl AfPacket {
         // only three 64 KiB frames. Best effort (FORCE needs CAP_NET_ADMIN;
         // plain SO_SNDBUF is capped by net.core.wmem_max).
         let sndbuf = i32::try_from(tx_bytes).unwrap_or(i32::MAX);
-        #[cfg(any(
-            target_arch = "x86_64",
-            target_arch = "x86",
-            target_arch = "aarch64",
-            target_arch = "arm",
-            target_arch = "riscv64",
-            target_arch = "loongarch64"
-        ))]
-        let forced =
-            socket::setsockopt(fd.as_fd(), libc::SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf).is_ok();
-        #[cfg(not(any(
-            target_arch = "x86_64",
-            target_arch = "x86",
-            target_arch = "aarch64",
-            target_arch = "arm",
-            target_arch = "riscv64",
-            target_arch = "loongarch64"
-        )))]
-        let forced = false;
+        let forced = SO_SNDBUFFORCE.is_some_and(|force| {
+            socket::setsockopt(fd.as_fd(), libc::SOL_SOCKET, force, &sndbuf).is_ok()
+        });
         if !forced {
             let _ = socket::setsockopt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &sndbuf);
         }
@@ -457,11 +444,7 @@ impl Uplink for AfPacket {
 
     /// Hot path: no syscall (one `PACKET_STATISTICS` read when the kernel
     /// reports losses), no allocation.
-    fn rx_burst(
-        &mut self,
-        max: usize,
-        f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
-    ) -> io::Result<usize> {
+    fn rx_burst(&mut self, max: usize, f: RxFn<'_>) -> io::Result<usize> {
         let (mut lent, mut bytes) = (0usize, 0u64);
         let mut drops = DropCounts::default();
         let rx_offloads = self.offloads.rx;
@@ -719,7 +702,7 @@ impl Uplink for AfPacket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net_hdr::{F_NEEDS_CSUM, GSO_ECN, GSO_TCPV4};
+    use crate::net_hdr::{F_NEEDS_CSUM, TSO_V4_SAMPLE};
     use crate::wire::ETH_P_8021AD;
 
     #[test]
@@ -737,15 +720,7 @@ mod tests {
 
     #[test]
     fn header_round_trip_native() {
-        let h = VirtioNetHdr {
-            flags: F_NEEDS_CSUM,
-            gso_type: GSO_TCPV4 | GSO_ECN,
-            hdr_len: 54,
-            gso_size: 1448,
-            csum_start: 34,
-            csum_offset: 16,
-            num_buffers: 0,
-        };
+        let h = TSO_V4_SAMPLE;
         let b = hdr_to_ne(&h);
         let mut ten = [0u8; RX_VNET_LEN];
         ten.copy_from_slice(&b[..RX_VNET_LEN]);

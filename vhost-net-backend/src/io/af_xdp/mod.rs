@@ -135,7 +135,7 @@ pub use self::program::XdpProgram;
 use self::ring::{ConsumerRing, ProducerRing};
 use self::socket::{open_socket, Step};
 use self::umem::Umem;
-use super::{Uplink, UplinkCounters, UplinkOffloads};
+use super::{RxFn, Uplink, UplinkCounters, UplinkOffloads};
 use crate::net_hdr::VirtioNetHdr;
 use crate::queue::{copy_frame, FrameSource};
 use crate::stats::DropReason;
@@ -515,11 +515,7 @@ impl Uplink for AfXdp {
 
     /// Hot path: no allocation, no lock; at most one syscall, and only when
     /// the kernel asks for a fill ring wake-up.
-    fn rx_burst(
-        &mut self,
-        max: usize,
-        f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
-    ) -> io::Result<usize> {
+    fn rx_burst(&mut self, max: usize, f: RxFn<'_>) -> io::Result<usize> {
         let hdr = VirtioNetHdr::default();
         let (mut lent, mut bytes, mut bad) = (0usize, 0u64, 0u64);
         for _ in 0..max {

@@ -38,6 +38,7 @@
 //! IPv6 destination address as is) and TCP urgent data spanning segments are
 //! not handled specially.
 
+use super::RxFn;
 use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
 use crate::stats::DropReason;
@@ -191,7 +192,7 @@ pub fn lend_within(
     frame: &mut [u8],
     accepted: u64,
     seg: &mut Segmenter,
-    f: &mut dyn FnMut(&VirtioNetHdr, &[u8]),
+    f: RxFn<'_>,
 ) -> Result<usize, OffloadError> {
     let mut hdr = *hdr;
     hdr.num_buffers = 0;

@@ -268,31 +268,18 @@ fn truncated_and_malformed_headers() {
         f[i] = v;
         f
     };
-    let run = |seg: &mut Segmenter, f: &[u8]| seg.segment(&b.hdr, f, &mut |_| true);
-    assert_eq!(
-        run(&mut seg, &mutate(14, 0x44)),
-        Err(OffloadError::IpHeader)
-    );
-    assert_eq!(
-        run(&mut seg, &mutate(14, 0x65)),
-        Err(OffloadError::IpHeader)
-    );
-    assert!(run(&mut seg, &mutate(14, 0x4f)).is_ok()); // 60-byte "options"
-    assert_eq!(run(&mut seg, &mutate(12, 0x99)), Err(OffloadError::NotIp));
-    assert_eq!(
-        run(&mut seg, &mutate(20, 0x20)),
-        Err(OffloadError::Fragment)
-    );
-    assert_eq!(
-        run(&mut seg, &mutate(21, 0x01)),
-        Err(OffloadError::Fragment)
-    );
-    assert_eq!(run(&mut seg, &mutate(23, 17)), Err(OffloadError::Protocol));
-    assert_eq!(run(&mut seg, &mutate(23, 1)), Err(OffloadError::Protocol));
-    assert_eq!(
-        run(&mut seg, &mutate(34 + 12, 0x40)),
-        Err(OffloadError::TcpHeader)
-    );
+    // Segments the frame with byte `i` set to `v`.
+    let run =
+        |seg: &mut Segmenter, i: usize, v: u8| seg.segment(&b.hdr, &mutate(i, v), &mut |_| true);
+    assert_eq!(run(&mut seg, 14, 0x44), Err(OffloadError::IpHeader));
+    assert_eq!(run(&mut seg, 14, 0x65), Err(OffloadError::IpHeader));
+    assert!(run(&mut seg, 14, 0x4f).is_ok()); // 60-byte "options"
+    assert_eq!(run(&mut seg, 12, 0x99), Err(OffloadError::NotIp));
+    assert_eq!(run(&mut seg, 20, 0x20), Err(OffloadError::Fragment));
+    assert_eq!(run(&mut seg, 21, 0x01), Err(OffloadError::Fragment));
+    assert_eq!(run(&mut seg, 23, 17), Err(OffloadError::Protocol));
+    assert_eq!(run(&mut seg, 23, 1), Err(OffloadError::Protocol));
+    assert_eq!(run(&mut seg, 34 + 12, 0x40), Err(OffloadError::TcpHeader));
     // IPv6: fragment header, unknown next header, runaway extension chain.
     let b6 = tcp_frame(true, &[], 0x18, 3000, 1448);
     let mut f = b6.frame.clone();
