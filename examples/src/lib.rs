@@ -98,17 +98,7 @@ pub fn data_plane_poller(cpu: Option<usize>, qps: &mut [QueuePair]) -> std::io::
     Ok(poller)
 }
 
-/// An error and its sources, `: `-separated.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+pub use vhost_net_backend::error_chain;
 
 /// Prints one `qp=` line of counters per queue pair on stdout (the format the
 /// end-to-end tests parse) and the non-zero drop reasons on stderr.

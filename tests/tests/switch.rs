@@ -30,6 +30,26 @@ use vhu_tests::testpmd::{FrontendOpts, Lcores, RunDir, Testpmd};
 const MAC_A: &str = "02:00:00:00:00:0a";
 const MAC_B: &str = "02:00:00:00:00:0b";
 
+/// One row of a bad-request table: `METHOD PATH STATUS "message part" BODY`.
+fn parse_case(line: &str) -> (String, String, String, u16, String) {
+    let mut it = line.splitn(4, ' ');
+    let (m, path, status, rest) = (
+        it.next().unwrap(),
+        it.next().unwrap(),
+        it.next().unwrap(),
+        it.next().unwrap(),
+    );
+    let rest = rest.strip_prefix('"').expect("a quoted message part");
+    let (want, body) = rest.split_once('"').expect("a closing quote");
+    (
+        m.into(),
+        path.into(),
+        body.trim().into(),
+        status.parse().unwrap(),
+        want.into(),
+    )
+}
+
 fn stats(sw: &SwitchProc, port: &str) -> PortStats {
     sw.get(&format!("/ports/{port}/stats"))
 }
@@ -94,201 +114,70 @@ fn api_refuses_bad_requests_and_changes_nothing() {
     let fdb_before = sw.call("GET", "/fdb", "", 200);
     let big = format!(r#"{{"name":"{}","kind":"vhost-user"}}"#, "x".repeat(70_000));
     let long_if = r#"{"name":"u","kind":"af_packet","interface":"vhu-no-such-if"}"#;
-    let cases: Vec<(&str, &str, &str, u16, &str)> = vec![
-        ("POST", "/ports", "{", 400, "malformed request"),
-        ("POST", "/ports", "[1]", 400, "malformed request"),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":1,"kind":"tap"}"#,
-            400,
-            "malformed",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a"}"#,
-            400,
-            "missing field `kind`",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"ovs"}"#,
-            400,
-            "unknown variant",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","queues":"2"}"#,
-            400,
-            "malformed",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","colour":1}"#,
-            400,
-            "unknown field",
-        ),
-        ("POST", "/ports", "", 400, "needs a JSON body"),
-        ("POST", "/ports", &big, 413, "larger than"),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"vm1","kind":"vhost-user"}"#,
-            409,
-            "exists",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"vm2","kind":"vhost-user","socket":"vm1.sock"}"#,
-            409,
-            "socket",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"tq","kind":"tap","interface":"vhutap-api0"}"#,
-            409,
-            "interface",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","vlan":4095}"#,
-            422,
-            "out of range 1-4094",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","vlan":{"trunk":[]}}"#,
-            422,
-            "at least one",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","mtu":50}"#,
-            422,
-            "mtu",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","mac":["01:00:5e:00:00:01"]}"#,
-            422,
-            "unicast",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","mac":["zz"]}"#,
-            400,
-            "not a MAC",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a b","kind":"vhost-user"}"#,
-            422,
-            "name",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","queues":0}"#,
-            422,
-            "queues",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","interface":"eth0"}"#,
-            422,
-            "does not apply",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","role":"client"}"#,
-            422,
-            "needs the path",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"af_xdp"}"#,
-            422,
-            "needs the name of its interface",
-        ),
-        ("POST", "/ports", long_if, 422, "vhu-no-such-if"),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","pmd":3}"#,
-            422,
-            "not a PMD thread",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","owner":"no-such-user-vhu"}"#,
-            422,
-            "owner",
-        ),
-        (
-            "POST",
-            "/ports",
-            r#"{"name":"a","kind":"vhost-user","mode":"999"}"#,
-            422,
-            "octal",
-        ),
-        ("GET", "/ports/ghost", "", 404, "no port"),
-        ("DELETE", "/ports/ghost", "", 404, "no port"),
-        ("GET", "/ports/ghost/stats", "", 404, "no port"),
-        ("GET", "/ports/ghost/capture", "", 404, "no port"),
-        ("GET", "/ports/vm1/capture?count=x", "", 400, "whole number"),
-        ("GET", "/ports/vm1/capture?count=0", "", 422, "out of range"),
-        ("GET", "/nowhere", "", 404, "no route"),
-        ("PATCH", "/ports/vm1", "", 405, "does not take PATCH"),
-        ("GET", "/log-level", "", 405, "takes PUT"),
-        ("GET", "/ports?x=1", "", 400, "unknown query parameter"),
-        (
-            "POST",
-            "/fdb",
-            r#"{"mac":"02:00:00:00:00:01","port":"ghost"}"#,
-            404,
-            "no port",
-        ),
-        (
-            "POST",
-            "/fdb",
-            r#"{"mac":"ff:ff:ff:ff:ff:ff","port":"vm1"}"#,
-            422,
-            "unicast",
-        ),
-        (
-            "POST",
-            "/fdb",
-            r#"{"mac":"02:00:00:00:00:01","port":"vm1","vlan":4095}"#,
-            422,
-            "out of range",
-        ),
-        (
-            "PUT",
-            "/log-level",
-            r#"{"level":"=="}"#,
-            422,
-            "not a log filter",
-        ),
-        ("PUT", "/log-level", r#""debug""#, 400, "malformed"),
-    ];
+    // METHOD PATH STATUS "part of the message" BODY
+    let table = r#"
+POST /ports 400 "malformed request" {
+POST /ports 400 "malformed request" [1]
+POST /ports 400 "malformed" {"name":1,"kind":"tap"}
+POST /ports 400 "missing field `kind`" {"name":"a"}
+POST /ports 400 "unknown variant" {"name":"a","kind":"ovs"}
+POST /ports 400 "malformed" {"name":"a","kind":"vhost-user","queues":"2"}
+POST /ports 400 "unknown field" {"name":"a","kind":"vhost-user","colour":1}
+POST /ports 400 "needs a JSON body"
+POST /ports 409 "exists" {"name":"vm1","kind":"vhost-user"}
+POST /ports 409 "socket" {"name":"vm2","kind":"vhost-user","socket":"vm1.sock"}
+POST /ports 409 "interface" {"name":"tq","kind":"tap","interface":"vhutap-api0"}
+POST /ports 422 "out of range 1-4094" {"name":"a","kind":"vhost-user","vlan":4095}
+POST /ports 422 "at least one" {"name":"a","kind":"vhost-user","vlan":{"trunk":[]}}
+POST /ports 422 "mtu" {"name":"a","kind":"vhost-user","mtu":50}
+POST /ports 422 "unicast" {"name":"a","kind":"vhost-user","mac":["01:00:5e:00:00:01"]}
+POST /ports 400 "not a MAC" {"name":"a","kind":"vhost-user","mac":["zz"]}
+POST /ports 422 "name" {"name":"a b","kind":"vhost-user"}
+POST /ports 422 "queues" {"name":"a","kind":"vhost-user","queues":0}
+POST /ports 422 "does not apply" {"name":"a","kind":"vhost-user","interface":"eth0"}
+POST /ports 422 "needs the path" {"name":"a","kind":"vhost-user","role":"client"}
+POST /ports 422 "needs the name of its interface" {"name":"a","kind":"af_xdp"}
+POST /ports 422 "not a PMD thread" {"name":"a","kind":"vhost-user","pmd":3}
+POST /ports 422 "owner" {"name":"a","kind":"vhost-user","owner":"no-such-user-vhu"}
+POST /ports 422 "octal" {"name":"a","kind":"vhost-user","mode":"999"}
+GET /ports/ghost 404 "no port"
+DELETE /ports/ghost 404 "no port"
+GET /ports/ghost/stats 404 "no port"
+GET /ports/ghost/capture 404 "no port"
+GET /ports/vm1/capture?count=x 400 "whole number"
+GET /ports/vm1/capture?count=0 422 "out of range"
+GET /nowhere 404 "no route"
+PATCH /ports/vm1 405 "does not take PATCH"
+GET /log-level 405 "takes PUT"
+GET /ports?x=1 400 "unknown query parameter"
+POST /fdb 404 "no port" {"mac":"02:00:00:00:00:01","port":"ghost"}
+POST /fdb 422 "unicast" {"mac":"ff:ff:ff:ff:ff:ff","port":"vm1"}
+POST /fdb 422 "out of range" {"mac":"02:00:00:00:00:01","port":"vm1","vlan":4095}
+PUT /log-level 422 "not a log filter" {"level":"=="}
+PUT /log-level 400 "malformed" "debug"
+"#;
+    let mut cases: Vec<(String, String, String, u16, String)> = table
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(parse_case)
+        .collect();
+    cases.push((
+        "POST".into(),
+        "/ports".into(),
+        big,
+        413,
+        "larger than".into(),
+    ));
+    cases.push((
+        "POST".into(),
+        "/ports".into(),
+        long_if.into(),
+        422,
+        "vhu-no-such-if".into(),
+    ));
     assert!(cases.len() >= 30);
     for (m, path, body, status, want) in &cases {
+        let (m, path, body, want) = (m.as_str(), path.as_str(), body.as_str(), want.as_str());
         let b = (!body.is_empty()).then_some(body.as_bytes());
         let (s, out) = sw.try_call(m, path, b).expect("the switch answers");
         let e: ApiError = serde_json::from_slice(&out).unwrap_or_else(|_| {

@@ -81,6 +81,19 @@ pub mod test_utils;
 pub mod wire;
 
 pub use device::{Offloads, MAX_QUEUE_PAIRS};
+
+/// An error and its sources, `: `-separated: how binaries and logs report
+/// the library's errors (their messages do not repeat their sources).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
 pub use forward::{ForwardCounters, Forwarder};
 pub use net_hdr::VirtioNetHdr;
 pub use poll::{PollLoop, PollMode, Poller, Token};

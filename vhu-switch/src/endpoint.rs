@@ -46,17 +46,7 @@ pub enum Handle {
     Uplink(String),
 }
 
-/// An error and its sources, `: `-separated.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
-}
+pub use vhost_net_backend::error_chain as chain;
 
 /// Builds a port's endpoint.
 ///

@@ -366,16 +366,7 @@ impl Uplink for Tap {
                 self.name,
                 self.rx_offloads
             ),
-            Err(e) => {
-                let mut msg = e.to_string();
-                let mut src = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    msg.push_str(": ");
-                    msg.push_str(&s.to_string());
-                    src = s.source();
-                }
-                tracing::warn!("uplink {}: {msg}", self.name);
-            }
+            Err(e) => tracing::warn!("uplink {}: {}", self.name, crate::error_chain(&e)),
         }
     }
 

@@ -10,7 +10,7 @@
 //! | 405 | known route, other method (with `Allow`) |
 //! | 409 | duplicate port name or socket, interface in use |
 //! | 413 | body too large |
-//! | 415 | a body that is not `application/json` |
+//! | 415 | a body labelled other than `application/json` (or `curl -d`'s default, `application/x-www-form-urlencoded`) |
 //! | 422 | invalid values (bad MAC, VLAN out of 1-4094, MTU out of range, no such interface, ...) |
 //!
 //! | route | answer |
@@ -191,7 +191,10 @@ fn route_of(segs: &[&str]) -> Option<(&'static str, Option<String>)> {
 fn body<T: DeserializeOwned>(req: &Request) -> Result<T, Response> {
     if let Some(ct) = req.header("content-type") {
         let media = ct.split(';').next().unwrap_or("").trim();
-        if !media.eq_ignore_ascii_case("application/json") {
+        // `curl -d` labels its body as a form: take it as the JSON it is.
+        let json = media.eq_ignore_ascii_case("application/json")
+            || media.eq_ignore_ascii_case("application/x-www-form-urlencoded");
+        if !json {
             return Err(error(
                 415,
                 format!("the body must be application/json, not {media:?}"),
