@@ -24,8 +24,8 @@ scripts/check.sh --release
 step "installing peers"
 scripts/install-peers.sh
 
-step "build (release, with examples)"
-cargo build --release --workspace --examples
+step "build (release: binaries and examples)"
+cargo build --release --workspace --bins --examples
 
 step "fuzz targets: seed replay, then a 30 s libFuzzer run each"
 (cd fuzz && cargo test --release)

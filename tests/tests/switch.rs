@@ -288,16 +288,20 @@ fn drops(q: &vhu_api::QueueStats, rx: bool, reason: &str) -> u64 {
     m.get(reason).copied().unwrap_or(0)
 }
 
-/// Sends for `ms` milliseconds in txonly mode to `dst`; returns what the
-/// frontend transmitted.
+/// Sends for `ms` milliseconds in txonly mode to `dst`, then goes back to
+/// receiving (rxonly); returns what the frontend transmitted.
 fn send(tp: &mut Testpmd, dst: &str, ms: u64) -> u64 {
+    tp.stop();
     tp.command(&format!("set eth-peer 0 {dst}"));
     let before = tp.total_stats().tx_packets;
     tp.set_fwd("txonly");
     tp.start();
     std::thread::sleep(Duration::from_millis(ms));
     tp.stop();
-    tp.total_stats().tx_packets - before
+    let sent = tp.total_stats().tx_packets - before;
+    tp.set_fwd("rxonly");
+    tp.start();
+    sent
 }
 
 #[test]
@@ -348,6 +352,7 @@ kind = "vhost-user"
         o.port.lcores = lcores;
         let mut t = Testpmd::spawn(&o);
         t.wait_link_up(Duration::from_secs(20));
+        t.start();
         t
     };
     let mut a = frontend(sw.sockets.join("a.sock"), MAC_A, Lcores::FRONTEND);

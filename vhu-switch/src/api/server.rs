@@ -4,7 +4,7 @@
 //! connection, with read and write timeouts so that a stuck client holds
 //! nothing but its own thread.
 
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -24,6 +24,10 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the accept loop looks at the stop flag.
 const STOP_CHECK: Duration = Duration::from_millis(200);
+/// Most bytes of a refused request read (and dropped) before closing.
+const MAX_DRAIN: u64 = 16 * 1024 * 1024;
+/// How long the rest of a refused request may take to arrive.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a capture with nothing to write sleeps between looks.
 const CAPTURE_NAP: Duration = Duration::from_millis(2);
 
@@ -89,6 +93,12 @@ fn connection(stream: UnixStream, sw: &Arc<Switch>, openapi: &str) {
         Err(Some(e)) => {
             let body = serde_json::to_vec(&vhu_api::ApiError::new(e.message)).unwrap_or_default();
             let _ = Response::json(e.status, body).write_to(&mut &stream);
+            // Read what the client still sends (an oversized body) before
+            // closing: closing a Unix socket with unread data resets the
+            // connection, and the client would lose the answer.
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            let _ = stream.set_read_timeout(Some(DRAIN_TIMEOUT));
+            let _ = std::io::copy(&mut (&stream).take(MAX_DRAIN), &mut std::io::sink());
             return;
         }
     };
