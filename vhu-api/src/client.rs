@@ -46,13 +46,19 @@ pub struct Head {
 }
 
 impl Head {
-    /// The first value of a header.
+    /// The first value of a header (`name` in lower case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        first_value(&self.headers, name)
     }
+}
+
+/// The value of the first `(key, value)` pair with this key: a header or a
+/// query parameter (HTTP lets either repeat; the first one counts).
+pub fn first_value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
 }
 
 /// Sends one request on `stream` and reads the status line and headers;
@@ -67,9 +73,19 @@ pub fn send(
     path: &str,
     body: Option<&[u8]>,
 ) -> Result<(Head, BufReader<UnixStream>), ClientError> {
+    send_request(stream, &format!("{method} {path}"), body)
+}
+
+/// [`send`] with the request line's method and path as one string
+/// (`"GET /ports"`).
+fn send_request(
+    stream: UnixStream,
+    line: &str,
+    body: Option<&[u8]>,
+) -> Result<(Head, BufReader<UnixStream>), ClientError> {
     stream.set_write_timeout(Some(TIMEOUT))?;
     let mut w = &stream;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: vhu\r\nConnection: close\r\n");
+    let mut req = format!("{line} HTTP/1.1\r\nHost: vhu\r\nConnection: close\r\n");
     if let Some(b) = body {
         req.push_str(&format!(
             "Content-Type: application/json\r\nContent-Length: {}\r\n",
@@ -119,7 +135,7 @@ pub fn call(
     body: Option<&[u8]>,
 ) -> Result<(u16, Vec<u8>), ClientError> {
     stream.set_read_timeout(Some(TIMEOUT))?;
-    let (head, r) = send(stream, method, path, body)?;
+    let (head, r) = send_request(stream, &format!("{method} {path}"), body)?;
     let mut buf = Vec::new();
     r.take(MAX_ANSWER).read_to_end(&mut buf)?;
     if (200..300).contains(&head.status) {

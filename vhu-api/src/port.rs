@@ -57,9 +57,10 @@ pub const VLAN_IDS: std::ops::RangeInclusive<u32> = 1..=4094;
 pub const MAX_MACS: usize = 64;
 
 /// What a port attaches to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum PortKind {
     /// A VM or DPDK application over a vhost-user socket.
+    #[default]
     #[serde(rename = "vhost-user")]
     VhostUser,
     /// A NIC through AF_XDP.
@@ -201,7 +202,7 @@ impl<'de> Deserialize<'de> for Vlan {
 /// combination makes sense.
 // Absent fields are `None` and are left out when written back.
 #[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortSpec {
     /// Unique name.
@@ -260,20 +261,7 @@ impl PortSpec {
         Self {
             name: name.into(),
             kind,
-            socket: None,
-            role: None,
-            interface: None,
-            queues: None,
-            mac: None,
-            mtu: None,
-            vlan: None,
-            offloads: None,
-            owner: None,
-            group: None,
-            mode: None,
-            pmd: None,
-            zero_copy: None,
-            qdisc_bypass: None,
+            ..Self::default()
         }
     }
 

@@ -131,13 +131,21 @@ fn now_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
+/// Block type of the Section Header Block (pcapng 4.1).
 const SHB: u32 = 0x0a0d_0d0a;
+/// Block type of an Interface Description Block (4.2).
 const IDB: u32 = 0x0000_0001;
+/// Block type of an Enhanced Packet Block (4.3).
 const EPB: u32 = 0x0000_0006;
+/// Written in the writer's byte order: readers learn it from this.
 const BYTE_ORDER_MAGIC: u32 = 0x1a2b_3c4d;
+/// The interface's link type: Ethernet frames.
 const LINKTYPE_ETHERNET: u16 = 1;
+/// Option code ending an option list.
 const OPT_END: u16 = 0;
+/// Option code of an interface's name (the port's).
 const IF_NAME: u16 = 2;
+/// Option code of an Enhanced Packet Block's flags (bits 0-1: direction).
 const EPB_FLAGS: u16 = 2;
 
 fn pad4(n: usize) -> usize {

@@ -11,6 +11,8 @@
 
 use std::io::{self, Read, Write};
 
+use vhu_api::client::first_value;
+
 /// Longest request head (request line and headers).
 pub const MAX_HEAD: usize = 16 * 1024;
 /// Longest request body: a port object is a few hundred bytes.
@@ -36,18 +38,12 @@ pub struct Request {
 impl Request {
     /// The first value of a header (`name` in lower case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        first_value(&self.headers, name)
     }
 
     /// The first value of a query parameter.
     pub fn query(&self, key: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        first_value(&self.query, key)
     }
 
     /// The path's segments (`/ports/vm1/stats` -> `["ports", "vm1", "stats"]`).
