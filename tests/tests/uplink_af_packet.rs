@@ -531,6 +531,11 @@ fn rx_ring_overflow_is_counted() {
     let mut cfg = AfPacketConfig::default();
     cfg.rx_ring.block_count = 1;
     cfg.rx_ring.block_size = 128 * 1024;
+    // The block is handed over when full, not after the default 1 ms: a
+    // sender slowed by a loaded machine would otherwise see it retired
+    // with a handful of frames (and the rest dropped) and the count below
+    // would depend on the sender's speed.
+    cfg.rx_ring.block_timeout_ms = 1000;
     let mut up = AfPacket::open(&v.ours, cfg).expect("open");
     // About 120 frames fill the only block; the rest are dropped.
     v.exec(&["python3", "-c", peers::FLOOD, &v.peer, "400", "1000"]);
