@@ -12,6 +12,8 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use vhost_net_backend::device::bits;
 use vhost_net_backend::test_utils::{LoopbackGuest, LoopbackOpts};
@@ -170,10 +172,7 @@ fn echo(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1))
-        .sample_size(20);
+    config = common::config();
     targets = dequeue, enqueue, echo
 }
 criterion_main!(benches);

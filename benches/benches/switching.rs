@@ -8,7 +8,8 @@
 //! `cargo bench -p vhu-benches --bench switching`
 
 use std::hint::black_box;
-use std::time::Duration;
+
+mod common;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use vhu_switch::decide::{decide, Head, Ingress, Verdict};
@@ -71,10 +72,7 @@ fn decisions(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1))
-        .sample_size(20);
+    config = common::config();
     targets = decisions
 }
 criterion_main!(benches);

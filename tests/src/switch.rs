@@ -176,10 +176,7 @@ impl SwitchProc {
     /// SIGTERM; waits for the exit.
     pub fn stop(&mut self) -> ExitStatus {
         let mut c = self.child.take().expect("running");
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status();
+        crate::testpmd::signal(&c, libc::SIGTERM);
         let t0 = Instant::now();
         loop {
             if let Some(st) = c.try_wait().expect("wait") {

@@ -166,7 +166,7 @@ impl Port {
             // MTU plus Ethernet and VLAN headers; GSO super-frames (with
             // TSO offered) may be larger.
             Some(m) if cfg.offloads.bits() & device::bits::HOST_TSO4 == 0 => {
-                usize::from(m) + crate::wire::ETH_HLEN + crate::wire::VLAN_HLEN
+                crate::wire::max_frame_for_mtu(usize::from(m))
             }
             _ => MAX_FRAME_LEN,
         };

@@ -96,6 +96,14 @@ impl<'a, U: Uplink + ?Sized> UplinkSink<'a, U> {
         Self { uplink, accepts }
     }
 
+    /// Wraps an uplink whose accepted offloads the caller already knows
+    /// (`guest_from_host(uplink.offloads().tx)`, kept across bursts): no
+    /// call into the uplink per wrap, for a loop that wraps per frame.
+    #[inline]
+    pub fn with_accepts(uplink: &'a mut U, accepts: u64) -> Self {
+        Self { uplink, accepts }
+    }
+
     /// The uplink.
     pub fn uplink(&mut self) -> &mut U {
         self.uplink

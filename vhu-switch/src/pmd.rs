@@ -30,9 +30,11 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use vhost_net_backend::io::UplinkCounters;
 use vhost_net_backend::poll::{Notify, Step, Token};
+use vhost_net_backend::sink::guest_from_host;
 use vhost_net_backend::stats::DropCounts;
-use vhost_net_backend::wire::{L2Head, ETH_P_8021Q, VLAN_HLEN};
+use vhost_net_backend::wire::{max_frame_for_mtu, L2Head, ETH_P_8021Q, VLAN_HLEN};
 use vhost_net_backend::{
     DropReason, ForwardCounters, Forwarder, FrameSource, PollLoop, PollMode, Poller, QueuePair,
     Sink, Spliced, UplinkSink, VirtioNetHdr,
@@ -65,18 +67,9 @@ pub struct PortCounters {
     pub tx_drops: [AtomicU64; DropReason::COUNT],
     /// Frames for the port dropped before its sink (MTU, VLAN), by reason.
     pub rx_drops: [AtomicU64; DropReason::COUNT],
-    /// Uplinks: frames received from the NIC (published periodically).
-    pub up_rx_packets: AtomicU64,
-    /// Uplinks: bytes of those.
-    pub up_rx_bytes: AtomicU64,
-    /// Uplinks: frames handed to the kernel.
-    pub up_tx_packets: AtomicU64,
-    /// Uplinks: bytes of those.
-    pub up_tx_bytes: AtomicU64,
-    /// Uplinks: the NIC's receive drops, by reason.
-    pub up_rx_drops: [AtomicU64; DropReason::COUNT],
-    /// Uplinks: transmit drops, by reason.
-    pub up_tx_drops: [AtomicU64; DropReason::COUNT],
+    /// Uplinks: the uplink's own counters, published by the PMD every
+    /// [`HOUSEKEEPING`] (their kernel part costs a syscall: never per burst).
+    pub uplink: Mutex<UplinkCounters>,
     /// Whether the uplink is open / the guest's rings run.
     pub connected: AtomicBool,
 }
@@ -87,12 +80,6 @@ fn add_drops(to: &[AtomicU64; DropReason::COUNT], d: &DropCounts) {
             // Relaxed: counters order nothing.
             to[r as usize].fetch_add(n, Ordering::Relaxed);
         }
-    }
-}
-
-fn store_drops(to: &[AtomicU64; DropReason::COUNT], d: &DropCounts) {
-    for (r, n) in d.iter() {
-        to[r as usize].store(n, Ordering::Relaxed);
     }
 }
 
@@ -127,6 +114,9 @@ pub struct PortDp {
     pub fwd_rx: ForwardCounters,
     /// Touched in the current burst (to be flushed).
     dirty: bool,
+    /// An uplink's transmit offloads as `GUEST_*` bits (what its sink
+    /// accepts), read once when the port is built.
+    uplink_accepts: u64,
 }
 
 impl PortDp {
@@ -140,14 +130,19 @@ impl PortDp {
         capture: Arc<CaptureTap>,
         end: End,
     ) -> Self {
+        let uplink_accepts = match &end {
+            End::Uplink(u) => guest_from_host(u.offloads().tx),
+            End::Guest(_) => 0,
+        };
         Self {
             id,
             name,
             ingress,
-            max_frame: mtu.map_or(usize::MAX, |m| m as usize + 14 + VLAN_HLEN),
+            max_frame: mtu.map_or(usize::MAX, |m| max_frame_for_mtu(m as usize)),
             counters,
             capture,
             end,
+            uplink_accepts,
             fwd_rx: ForwardCounters::default(),
             dirty: false,
         }
@@ -460,13 +455,7 @@ impl Pmd {
 fn publish_uplink(p: &PortDp) {
     let End::Uplink(u) = &p.end else { return };
     let c = u.counters();
-    let s = &p.counters;
-    s.up_rx_packets.store(c.rx_packets, Ordering::Relaxed);
-    s.up_rx_bytes.store(c.rx_bytes, Ordering::Relaxed);
-    s.up_tx_packets.store(c.tx_packets, Ordering::Relaxed);
-    s.up_tx_bytes.store(c.tx_bytes, Ordering::Relaxed);
-    store_drops(&s.up_rx_drops, &c.rx_drops);
-    store_drops(&s.up_tx_drops, &c.tx_drops);
+    *p.counters.uplink.lock().unwrap_or_else(|e| e.into_inner()) = c;
 }
 
 /// The state of one source burst.
@@ -500,7 +489,9 @@ impl Burst<'_> {
         head: &[u8],
         frame: &dyn FrameSource,
     ) {
-        if frame.frame_len() > max_frame {
+        // A super-frame (GSO) is bounded by its segment size, not the MTU
+        // (as the library's own guest-TX check does when TSO is offered).
+        if !hdr.is_gso() && frame.frame_len() > max_frame {
             self.drops.add(DropReason::TooLong, 1);
             return;
         }
@@ -579,7 +570,7 @@ impl Burst<'_> {
                 }
             }
         };
-        if src.frame_len() > d.max_frame {
+        if !h.is_gso() && src.frame_len() > d.max_frame {
             d.counters.rx_drops[DropReason::TooLong as usize].fetch_add(1, Ordering::Relaxed);
             return true;
         }
@@ -590,14 +581,19 @@ impl Burst<'_> {
             });
         }
         d.dirty = true;
-        let PortDp { end, fwd_rx, .. } = &mut **d;
+        let PortDp {
+            end,
+            fwd_rx,
+            uplink_accepts,
+            ..
+        } = &mut **d;
         let _ = match end {
             End::Guest(qps) => {
                 let q = flow_queue(head, qps);
                 self.fwd.forward(fwd_rx, &h, src, &mut qps[q].rx)
             }
             End::Uplink(u) => {
-                let mut sink = UplinkSink::new(&mut **u);
+                let mut sink = UplinkSink::with_accepts(&mut **u, *uplink_accepts);
                 self.fwd.forward(fwd_rx, &h, src, &mut sink)
             }
         };

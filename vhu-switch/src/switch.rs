@@ -8,7 +8,6 @@
 //! persisted; a failed save undoes the change.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -365,17 +364,14 @@ impl Switch {
     }
 
     fn view(&self, e: &Entry) -> PortView {
-        let (connected, features, pairs, socket) = match &e.handle {
+        let connected = connected(e);
+        let (features, pairs, socket) = match &e.handle {
             Handle::Guest(p, path) => (
-                p.is_connected(),
                 p.acked_features(),
                 p.running_queue_pairs() as u32,
                 Some(path.display().to_string()),
             ),
-            Handle::Uplink(_) => {
-                let up = e.counters.connected.load(Ordering::Relaxed);
-                (up, 0, u32::from(up), None)
-            }
+            Handle::Uplink(_) => (0, u32::from(connected), None),
         };
         PortView {
             spec: e.spec.clone(),
@@ -412,17 +408,16 @@ impl Switch {
                 }
             }
             Handle::Uplink(_) => {
-                let c = &e.counters;
-                let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-                let mut rxd = load_drops(&c.up_tx_drops);
-                let mut txd = load_drops(&c.up_rx_drops);
+                // The port's rx is the uplink's tx (into the NIC), and back.
+                let c = *e.counters.uplink.lock().unwrap_or_else(|p| p.into_inner());
+                let (mut rxd, mut txd) = (c.tx_drops, c.rx_drops);
                 merge(&mut rxd, &sw_rx);
                 merge(&mut txd, &sw_tx);
                 queues.push(queue(
-                    ld(&c.up_tx_packets),
-                    ld(&c.up_tx_bytes),
-                    ld(&c.up_rx_packets),
-                    ld(&c.up_rx_bytes),
+                    c.tx_packets,
+                    c.tx_bytes,
+                    c.rx_packets,
+                    c.rx_bytes,
                     &rxd,
                     &txd,
                 ));
@@ -440,6 +435,15 @@ impl Switch {
             total,
             queues,
         }
+    }
+}
+
+/// Whether a frontend is connected (vhost-user) or the interface is open
+/// (uplinks). Lock-free: what `/metrics` reads for every port.
+fn connected(e: &Entry) -> bool {
+    match &e.handle {
+        Handle::Guest(p, _) => p.is_connected(),
+        Handle::Uplink(_) => e.counters.connected.load(Ordering::Relaxed),
     }
 }
 
@@ -557,7 +561,7 @@ impl Control for Switch {
                 .map(|e| PortSample {
                     name: e.spec.name.clone(),
                     kind: e.spec.kind.to_string(),
-                    connected: self.view(e).state.connected,
+                    connected: connected(e),
                     queues: self.stats(e).queues,
                 })
                 .collect()
@@ -586,9 +590,4 @@ impl Control for Switch {
         tracing::info!("log filter set to {filter:?}");
         Ok(())
     }
-}
-
-/// Where the switch's state file lives (for logs).
-pub fn state_file(cfg: &Config) -> PathBuf {
-    Store::new(&cfg.state_dir).path()
 }

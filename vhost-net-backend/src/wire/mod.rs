@@ -219,8 +219,8 @@ pub use tcp::{
 };
 pub use udp::{UdpPacket, UDP_CSUM_OFFSET, UDP_HLEN};
 pub use vlan::{
-    is_vlan_tpid, Tci, Vlan, VlanTag, ETH_P_8021AD, ETH_P_8021Q, ETH_P_QINQ1, MAX_VLAN_TAGS,
-    VLAN_HLEN,
+    is_vlan_tpid, max_frame_for_mtu, Tci, Vlan, VlanTag, ETH_P_8021AD, ETH_P_8021Q, ETH_P_QINQ1,
+    MAX_VLAN_TAGS, VLAN_HLEN,
 };
 
 /// Why bytes are not a valid header.

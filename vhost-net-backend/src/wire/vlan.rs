@@ -17,6 +17,13 @@ pub const ETH_P_QINQ1: u16 = 0x9100;
 
 /// Length of a VLAN tag (TPID + TCI), what a tag adds to a frame.
 pub const VLAN_HLEN: usize = 4;
+
+/// The largest frame an MTU allows on the wire: the IP packet, the
+/// Ethernet header and one 802.1Q tag.
+#[inline]
+pub const fn max_frame_for_mtu(mtu: usize) -> usize {
+    mtu + super::ETH_HLEN + VLAN_HLEN
+}
 /// Tags looked through before the ethertype: 802.1ad outer + 802.1Q inner.
 pub const MAX_VLAN_TAGS: usize = 2;
 
