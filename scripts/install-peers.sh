@@ -4,7 +4,7 @@
 # Installs every peer vhu's end-to-end tests use, on Debian bookworm, as root:
 #
 #   * Debian packages: dpdk-dev (dpdk-testpmd), busybox-static, cpio, iproute2,
-#     kmod, tcpdump (reads the switch's captures), prometheus (promtool checks
+#     kmod, procps (kill), tcpdump (reads the switch's captures), prometheus (promtool checks
 #     the switch's metrics);
 #   * QEMU >= 10 (qemu-system-x86) from bookworm-backports: bookworm's QEMU 7.2
 #     segfaults when a TCG guest starts a vhost-user net device;
@@ -24,7 +24,7 @@ export VHU_PEERS_DIR=$peers_dir
 export DEBIAN_FRONTEND=noninteractive
 
 # Packages from bookworm itself.
-base_packages=(dpdk-dev busybox-static cpio iproute2 kmod tcpdump prometheus)
+base_packages=(dpdk-dev busybox-static cpio iproute2 kmod procps tcpdump prometheus)
 # Suite that carries QEMU 10, and the first QEMU major that works with TCG
 # guests and vhost-user.
 backports=bookworm-backports

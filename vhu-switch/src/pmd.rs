@@ -68,7 +68,7 @@ pub struct PortCounters {
     /// Frames for the port dropped before its sink (MTU, VLAN), by reason.
     pub rx_drops: [AtomicU64; DropReason::COUNT],
     /// Uplinks: the uplink's own counters, published by the PMD every
-    /// [`HOUSEKEEPING`] (their kernel part costs a syscall: never per burst).
+    /// 100 ms (their kernel part costs a syscall: never per burst).
     pub uplink: Mutex<UplinkCounters>,
     /// Whether the uplink is open / the guest's rings run.
     pub connected: AtomicBool,
