@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
-use crate::queue::QueuePair;
+use crate::queue::{QueuePair, RxQueue, TxQueue};
 
 /// Longest sleep of a [`PollLoop`] by default: bounds how long a thread
 /// takes to notice a stop flag (or anything else it checks between rounds).
@@ -134,6 +134,25 @@ impl Poller {
     /// `epoll_ctl` failed.
     pub fn add(&mut self, qp: &mut QueuePair) -> std::io::Result<()> {
         qp.attach_poller(&self.epoll)
+    }
+
+    /// Watches one receive queue's eventfds: for a queue pair whose halves
+    /// live apart (a switch polls a guest's TX queue on one thread while
+    /// every thread may fill its RX queue), the thread that answers for the
+    /// pair's ring changes watches both.
+    ///
+    /// # Errors
+    /// `epoll_ctl` failed.
+    pub fn add_rx(&mut self, q: &mut RxQueue) -> std::io::Result<()> {
+        q.attach_poller(&self.epoll)
+    }
+
+    /// Watches one transmit queue's eventfds (see [`Poller::add_rx`]).
+    ///
+    /// # Errors
+    /// `epoll_ctl` failed.
+    pub fn add_tx(&mut self, q: &mut TxQueue) -> std::io::Result<()> {
+        q.attach_poller(&self.epoll)
     }
 
     /// Watches another file descriptor (e.g. a shutdown eventfd or an uplink

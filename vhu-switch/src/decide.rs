@@ -77,21 +77,44 @@ fn is_multicast(mac: &[u8; 6]) -> bool {
 /// Hot path: at most two FDB probes, no allocation.
 #[inline]
 pub fn decide(ingress: &Ingress, head: &Head, fdb: &mut Fdb, now: u64) -> Verdict {
+    match admit(ingress, head) {
+        Ok(vlan) => {
+            fdb.learn(vlan, &head.src, ingress.id, now);
+            destination(ingress.id, vlan, &head.dst, fdb, now)
+        }
+        Err(r) => Verdict::Drop(r),
+    }
+}
+
+/// Steps 1 and 2: the source checks and the VLAN the frame is admitted
+/// into.
+///
+/// # Errors
+/// Why the frame is dropped (`malformed`, `spoofed`, `vlan_denied`).
+#[inline]
+pub fn admit(ingress: &Ingress, head: &Head) -> Result<u16, DropReason> {
     if is_multicast(&head.src) || head.src == [0; 6] {
-        return Verdict::Drop(DropReason::Malformed);
+        return Err(DropReason::Malformed);
     }
     if !ingress.macs.is_empty() && !ingress.macs.contains(&head.src) {
-        return Verdict::Drop(DropReason::Spoofed);
+        return Err(DropReason::Spoofed);
     }
-    let Some(vlan) = ingress.vlan.ingress(head.tci.map(|t| t & 0x0fff)) else {
-        return Verdict::Drop(DropReason::VlanDenied);
-    };
-    fdb.learn(vlan, &head.src, ingress.id, now);
-    if is_multicast(&head.dst) {
+    ingress
+        .vlan
+        .ingress(head.tci.map(|t| t & 0x0fff))
+        .ok_or(DropReason::VlanDenied)
+}
+
+/// Step 4: where a frame admitted into `vlan` goes (after its source was
+/// learned: [`decide`] does it at once, a PMD through [`Fdb::refresh`] and
+/// a learning pass after its burst).
+#[inline]
+pub fn destination(ingress: PortId, vlan: u16, dst: &[u8; 6], fdb: &Fdb, now: u64) -> Verdict {
+    if is_multicast(dst) {
         return Verdict::Flood { vlan };
     }
-    match fdb.lookup(vlan, &head.dst, now) {
-        Some(p) if p == ingress.id => Verdict::Drop(DropReason::Hairpin),
+    match fdb.lookup(vlan, dst, now) {
+        Some(p) if p == ingress => Verdict::Drop(DropReason::Hairpin),
         Some(port) => Verdict::Forward { port, vlan },
         None => Verdict::Flood { vlan },
     }

@@ -9,7 +9,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig};
+use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig, FanoutMode};
 use vhost_net_backend::io::af_xdp::{self, AfXdp, AfXdpConfig};
 use vhost_net_backend::io::tap::{Tap, TapConfig};
 use vhost_net_backend::io::Uplink;
@@ -23,15 +23,15 @@ use crate::config::socket_path;
 pub enum End {
     /// A vhost-user port's queue pairs.
     Guest(Vec<QueuePair>),
-    /// An uplink.
-    Uplink(Box<dyn Uplink>),
+    /// An uplink's queues (one socket or TAP queue each).
+    Uplink(Vec<Box<dyn Uplink>>),
 }
 
 impl std::fmt::Debug for End {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             End::Guest(q) => write!(f, "Guest({} queue pairs)", q.len()),
-            End::Uplink(u) => write!(f, "Uplink({})", u.name()),
+            End::Uplink(u) => write!(f, "Uplink({} queues)", u.len()),
         }
     }
 }
@@ -58,44 +58,69 @@ pub fn build(spec: &PortSpec, socket_dir: &Path) -> Result<(End, Handle), Refusa
     match spec.kind {
         PortKind::VhostUser => guest(spec, socket_dir),
         kind => {
-            if spec.queues() != 1 {
+            let queues = spec.queues();
+            if kind == PortKind::AfXdp && queues != 1 {
                 return Err(Refusal::invalid(format!(
-                    "{who}: queues: {kind} ports have one queue in this version; omit `queues`"
+                    "{who}: queues: af_xdp ports have one queue in this version; omit `queues`"
                 )));
             }
             let ifname = spec.interface.clone().unwrap_or_default();
-            let up: Box<dyn Uplink> = match kind {
-                PortKind::AfXdp => {
-                    let cfg = AfXdpConfig {
-                        zero_copy: match spec.zero_copy.unwrap_or_default() {
-                            ZeroCopy::Off => af_xdp::ZeroCopy::Off,
-                            ZeroCopy::Try => af_xdp::ZeroCopy::Try,
-                            ZeroCopy::Require => af_xdp::ZeroCopy::Require,
-                        },
-                        ..AfXdpConfig::default()
-                    };
-                    Box::new(AfXdp::open(&ifname, cfg).map_err(|e| uplink_refusal(&who, &e))?)
-                }
-                PortKind::AfPacket => {
-                    let cfg = AfPacketConfig {
-                        qdisc_bypass: spec.qdisc_bypass.unwrap_or(false),
-                        vnet_hdr: spec.offloads(),
-                        ..AfPacketConfig::default()
-                    };
-                    Box::new(AfPacket::open(&ifname, cfg).map_err(|e| uplink_refusal(&who, &e))?)
-                }
-                _ => {
-                    let cfg = TapConfig {
-                        multi_queue: false,
-                        link_up: true,
-                    };
-                    Box::new(Tap::open(&ifname, cfg).map_err(|e| uplink_refusal(&who, &e))?)
-                }
-            };
-            tracing::info!("{who}: {} opened", up.name());
-            Ok((End::Uplink(up), Handle::Uplink(ifname)))
+            let mut ups: Vec<Box<dyn Uplink>> = Vec::new();
+            for _ in 0..queues {
+                ups.push(uplink(spec, kind, &ifname).map_err(|e| uplink_refusal(&who, &*e))?);
+            }
+            tracing::info!("{who}: {ifname} opened ({queues} queues)");
+            Ok((End::Uplink(ups), Handle::Uplink(ifname)))
         }
     }
+}
+
+/// Opens queue `q` of an uplink: an AF_PACKET socket (several join one
+/// fanout group, by flow hash) or a TAP queue (the TAP is multiqueue, so
+/// that more queues, the switch's or a VM runtime's, can attach).
+fn uplink(
+    spec: &PortSpec,
+    kind: PortKind,
+    ifname: &str,
+) -> Result<Box<dyn Uplink>, Box<dyn std::error::Error>> {
+    Ok(match kind {
+        PortKind::AfXdp => {
+            let cfg = AfXdpConfig {
+                zero_copy: match spec.zero_copy.unwrap_or_default() {
+                    ZeroCopy::Off => af_xdp::ZeroCopy::Off,
+                    ZeroCopy::Try => af_xdp::ZeroCopy::Try,
+                    ZeroCopy::Require => af_xdp::ZeroCopy::Require,
+                },
+                ..AfXdpConfig::default()
+            };
+            Box::new(AfXdp::open(ifname, cfg)?)
+        }
+        PortKind::AfPacket => {
+            let cfg = AfPacketConfig {
+                qdisc_bypass: spec.qdisc_bypass.unwrap_or(false),
+                vnet_hdr: spec.offloads(),
+                fanout: (spec.queues() > 1).then(|| (fanout_group(ifname), FanoutMode::Hash)),
+                ..AfPacketConfig::default()
+            };
+            Box::new(AfPacket::open(ifname, cfg)?)
+        }
+        _ => {
+            let cfg = TapConfig {
+                multi_queue: true,
+                link_up: true,
+            };
+            Box::new(Tap::open(ifname, cfg)?)
+        }
+    })
+}
+
+/// A fanout group id for an interface's sockets: unique per process and
+/// interface (the kernel scopes groups to a network namespace).
+fn fanout_group(ifname: &str) -> u16 {
+    let h = ifname
+        .bytes()
+        .fold(std::process::id(), |a, b| a.rotate_left(5) ^ u32::from(b));
+    (h ^ (h >> 16)) as u16
 }
 
 fn uplink_refusal(who: &str, e: &dyn std::error::Error) -> Refusal {
@@ -200,6 +225,7 @@ mod tests {
         let e = build(&s, Path::new("/tmp")).unwrap_err();
         assert_eq!(e.status, 422, "{e:?}");
         assert!(e.message.contains("vhu-nonexist0"), "{}", e.message);
+        s.kind = PortKind::AfXdp;
         s.queues = Some(2);
         let e = build(&s, Path::new("/tmp")).unwrap_err();
         assert!(e.message.contains("one queue"), "{}", e.message);

@@ -16,6 +16,12 @@
 //!   on another port is refused (counted as a limit hit would hide it, so it
 //!   has its own counter).
 //!
+//! * **Shared by the PMD threads** behind a read-write lock, read-locked
+//!   once per source burst: [`Fdb::refresh`] keeps a known address alive
+//!   through `&self` (an atomic timestamp), and only new or moved addresses
+//!   ([`Fdb::learn`]) need the write lock, which a PMD takes after its burst
+//!   for what it collected.
+//!
 //! Pure: no I/O, no clock (the caller passes `now` in milliseconds of a
 //! monotonic clock, sampled once per burst), no allocation after
 //! [`Fdb::new`] (the table is reserved for `max_entries` up front).
@@ -25,6 +31,7 @@
 
 use std::collections::hash_map::{Entry as MapEntry, HashMap, RandomState};
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::PortId;
@@ -117,11 +124,28 @@ pub struct FdbCounters {
     pub static_conflicts: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Slot {
     port: PortId,
     origin: Origin,
-    last_seen: u64,
+    /// Milliseconds; refreshed through `&self` by [`Fdb::refresh`].
+    last_seen: AtomicU64,
+}
+
+impl Slot {
+    fn new(port: PortId, origin: Origin, now: u64) -> Self {
+        Self {
+            port,
+            origin,
+            last_seen: AtomicU64::new(now),
+        }
+    }
+
+    #[inline]
+    fn seen(&self) -> u64 {
+        // Relaxed: a timestamp orders nothing.
+        self.last_seen.load(Ordering::Relaxed)
+    }
 }
 
 /// The key of `(vlan, mac)`: the VLAN in bits 48-59, the address below.
@@ -199,6 +223,8 @@ pub struct Fdb {
     /// Learned entries per port, indexed by [`PortId`].
     per_port: Vec<usize>,
     counters: FdbCounters,
+    /// Counted through `&self` by [`Fdb::refresh`].
+    static_conflicts: AtomicU64,
 }
 
 impl Fdb {
@@ -210,6 +236,7 @@ impl Fdb {
             map: HashMap::with_capacity_and_hasher(cfg.max_entries, SeededKeys::random()),
             per_port: Vec::new(),
             counters: FdbCounters::default(),
+            static_conflicts: AtomicU64::new(0),
         }
     }
 
@@ -230,12 +257,16 @@ impl Fdb {
 
     /// Counters since creation.
     pub fn counters(&self) -> FdbCounters {
-        self.counters
+        FdbCounters {
+            static_conflicts: self.counters.static_conflicts
+                + self.static_conflicts.load(Ordering::Relaxed),
+            ..self.counters
+        }
     }
 
     #[inline]
     fn expired(&self, s: &Slot, now: u64) -> bool {
-        s.origin == Origin::Learned && now.saturating_sub(s.last_seen) >= self.aging_ms
+        s.origin == Origin::Learned && now.saturating_sub(s.seen()) >= self.aging_ms
     }
 
     fn port_count(&mut self, port: PortId) -> &mut usize {
@@ -257,6 +288,36 @@ impl Fdb {
         (!self.expired(s, now)).then_some(s.port)
     }
 
+    /// What a read-locked PMD does with a frame's source: when `(vlan,
+    /// mac)` is already on `port` (learned: its timestamp is refreshed;
+    /// static: nothing to do) or is a static entry elsewhere (the conflict
+    /// is counted), returns true. Otherwise (new, or moved from another
+    /// port) returns false: the caller [`Fdb::learn`]s it under the write
+    /// lock, after its burst.
+    ///
+    /// Hot path: one hash probe; the timestamp is written at most once per
+    /// millisecond per entry (a shared cache line is not dirtied per frame).
+    #[inline]
+    pub fn refresh(&self, vlan: u16, mac: &[u8; 6], port: PortId, now: u64) -> bool {
+        let Some(s) = self.map.get(&key(vlan, mac)) else {
+            return false;
+        };
+        match s.origin {
+            Origin::Static if s.port == port => true,
+            Origin::Static => {
+                self.static_conflicts.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Origin::Learned if s.port == port => {
+                if s.seen() != now {
+                    s.last_seen.store(now, Ordering::Relaxed);
+                }
+                true
+            }
+            Origin::Learned => false,
+        }
+    }
+
     /// Learns that `(vlan, mac)` is on `port`.
     ///
     /// Hot path: one hash probe; an insert reuses the capacity reserved at
@@ -273,7 +334,7 @@ impl Fdb {
                 }
                 Origin::Learned if s.port == port => {
                     // Expired but not swept: it lives again.
-                    s.last_seen = now;
+                    *s.last_seen.get_mut() = now;
                     return Learned::Refreshed;
                 }
                 Origin::Learned => {}
@@ -291,11 +352,7 @@ impl Fdb {
             return Learned::LimitHit;
         }
         let full = self.map.len() >= self.cfg.max_entries;
-        let slot = Slot {
-            port,
-            origin: Origin::Learned,
-            last_seen: now,
-        };
+        let slot = Slot::new(port, Origin::Learned, now);
         let res = match self.map.entry(k) {
             MapEntry::Occupied(mut o) => {
                 let from = o.get().port;
@@ -332,15 +389,11 @@ impl Fdb {
     /// The table is full (a static entry is not evicting learned ones).
     pub fn add_static(&mut self, vlan: u16, mac: &[u8; 6], port: PortId) -> Result<(), FdbFull> {
         let k = key(vlan, mac);
-        let slot = Slot {
-            port,
-            origin: Origin::Static,
-            last_seen: 0,
-        };
-        match self.map.get(&k).copied() {
-            Some(old) => {
-                if old.origin == Origin::Learned {
-                    let c = self.port_count(old.port);
+        let slot = Slot::new(port, Origin::Static, 0);
+        match self.map.get(&k).map(|s| (s.origin, s.port)) {
+            Some((origin, old_port)) => {
+                if origin == Origin::Learned {
+                    let c = self.port_count(old_port);
                     *c = c.saturating_sub(1);
                 }
                 self.map.insert(k, slot);
@@ -392,7 +445,7 @@ impl Fdb {
         let per_port = &mut self.per_port;
         let before = self.map.len();
         self.map.retain(|_, s| {
-            let keep = s.origin == Origin::Static || now.saturating_sub(s.last_seen) < aging;
+            let keep = s.origin == Origin::Static || now.saturating_sub(s.seen()) < aging;
             if !keep {
                 if let Some(c) = per_port.get_mut(s.port as usize) {
                     *c = c.saturating_sub(1);
@@ -420,7 +473,7 @@ impl Fdb {
                     origin: s.origin,
                     age_ms: match s.origin {
                         Origin::Static => 0,
-                        Origin::Learned => now.saturating_sub(s.last_seen),
+                        Origin::Learned => now.saturating_sub(s.seen()),
                     },
                 }
             })
@@ -461,6 +514,28 @@ mod tests {
             assert_eq!(unkey(key(v, &m)), (v, m));
         }
         assert_ne!(key(1, &A), key(2, &A));
+    }
+
+    #[test]
+    fn refresh_keeps_known_sources_and_defers_the_rest() {
+        let mut f = fdb(8, 8);
+        assert!(
+            !f.refresh(1, &A, 1, 0),
+            "a new address needs the write lock"
+        );
+        f.learn(1, &A, 1, 0);
+        let aging = 10_000;
+        assert!(f.refresh(1, &A, 1, aging - 1), "known on this port");
+        assert_eq!(f.lookup(1, &A, 2 * aging - 2), Some(1), "refreshed");
+        assert!(!f.refresh(1, &A, 2, aging), "a move needs the write lock");
+        f.add_static(1, &B, 3).unwrap();
+        assert!(f.refresh(1, &B, 3, 0));
+        assert!(
+            f.refresh(1, &B, 4, 0),
+            "a static conflict is counted at once"
+        );
+        assert_eq!(f.counters().static_conflicts, 1);
+        assert_eq!(f.lookup(1, &B, 0), Some(3));
     }
 
     #[test]

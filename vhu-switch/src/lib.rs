@@ -24,7 +24,7 @@
 //! | module | question it answers |
 //! |---|---|
 //! | [`endpoint`] | a validated port object -> a vhost-user port or an uplink (what the host refuses is a 409/422) |
-//! | [`pmd`] | the PMD thread: source burst -> head parse -> decide -> one copy per destination -> flush |
+//! | [`pmd`] | a PMD thread: source burst -> head parse -> decide -> one copy per destination -> flush |
 //! | [`switch`] | the port table, the FDB, persistence: what the API's handlers call |
 //!
 //! `decide` never touches guest memory or a destination; destinations never

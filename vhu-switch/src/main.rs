@@ -57,7 +57,7 @@ struct Args {
     /// Directory of the persisted state (default /var/lib/vhu).
     #[arg(long)]
     state_dir: Option<PathBuf>,
-    /// Pin the PMD thread to this CPU (one PMD per CPU listed).
+    /// Pin PMD threads to these CPUs (one PMD per CPU listed).
     #[arg(long, value_delimiter = ',')]
     pmd_cpus: Option<Vec<u32>>,
     /// Polling mode of the PMD threads.

@@ -1,48 +1,57 @@
-// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
-//! A PMD (poll-mode driver) thread: it owns the endpoints of its ports and,
-//! for each source burst, decides on each frame's private head copy and
-//! pushes it once into every destination.
+//! A PMD (poll-mode driver) thread: it polls its share of the switch's
+//! queues and, for each source burst, decides on each frame's private head
+//! copy and pushes it once into every destination, whichever PMD polls
+//! that destination.
 //!
 //! ```text
-//! source burst (guest TX ring / uplink RX)
+//! source burst (a guest's TX queue / an uplink queue's RX)
 //!   -> wire::L2Head::parse(head)         the private head copy, never guest memory
-//!   -> decide(ingress, head, fdb)         forward / flood / drop (+ learning)
-//!   -> per destination: VLAN tag edit (Spliced: still one copy), MTU check,
-//!      Forwarder::forward into its Sink (guest RX queue or UplinkSink)
-//!   -> flush every destination touched, once per burst
+//!   -> admit + Fdb::refresh + destination (read-locked FDB; new sources noted)
+//!   -> per destination queue: its lock, taken once per burst (lazily, kept
+//!      until the burst ends), VLAN tag edit (Spliced: still one copy), MTU
+//!      check, Forwarder::forward into its Sink (guest RX queue or UplinkSink)
+//!   -> flush and unlock every destination queue held, once per burst
+//!   -> learn the burst's new or moved sources (write lock, only if any)
 //! ```
 //!
+//! * **Several PMDs**: each polls a set of [`Unit`]s (one queue of one
+//!   port); every PMD knows every port as a destination. A destination
+//!   queue is a mutex taken once per source burst, as OVS takes a shared
+//!   transmit queue's lock when PMDs outnumber a port's queues; with one PMD
+//!   it is never contended. A PMD never blocks while holding a destination
+//!   lock: when one is busy it flushes and releases what it holds, then
+//!   waits (no deadlock between PMDs filling each other's ports). The one
+//!   lock an uplink's source burst holds while it waits is its own queue's,
+//!   so uplink queues are all polled by one PMD (two uplink bursts on two
+//!   PMDs could otherwise wait for each other).
 //! * **Ports come and go at burst boundaries**: the control plane sends
-//!   [`Command`]s and waits for the acknowledgement; the PMD applies them
-//!   between bursts (it is woken if asleep). Nothing else is shared but the
-//!   FDB, whose mutex is taken once per source burst (never per frame), and
-//!   atomic counters.
+//!   [`Command`]s and waits for the acknowledgements; each PMD applies them
+//!   between bursts (it is woken if asleep).
 //! * **Isolation**: a destination without RX buffers loses its frames
 //!   (counted, `no_buffers`); the source goes on. No retry queue, no
 //!   head-of-line blocking.
-//! * **One PMD** serves every port in this version; the FDB lock and the
-//!   command channel are already what several PMDs will share.
 //!
 //! Hot path: no allocation, no lock per frame, no syscall per frame.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
-use vhost_net_backend::io::UplinkCounters;
+use arrayvec::ArrayVec;
+use vhost_net_backend::io::{Uplink, UplinkCounters};
 use vhost_net_backend::poll::{Notify, Step, Token};
 use vhost_net_backend::sink::guest_from_host;
 use vhost_net_backend::stats::DropCounts;
 use vhost_net_backend::wire::{max_frame_for_mtu, L2Head, ETH_P_8021Q, VLAN_HLEN};
 use vhost_net_backend::{
-    DropReason, ForwardCounters, Forwarder, FrameSource, PollLoop, PollMode, Poller, QueuePair,
-    Sink, Spliced, UplinkSink, VirtioNetHdr,
+    DropReason, ForwardCounters, Forwarder, FrameSource, PollLoop, PollMode, Poller, RxQueue, Sink,
+    Spliced, TxQueue, UplinkSink, VirtioNetHdr,
 };
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::capture::{CaptureTap, Direction};
-use crate::decide::{decide, Head, Ingress, Verdict};
+use crate::decide::{admit, destination, Head, Ingress, Verdict};
 use crate::endpoint::End;
 use crate::fdb::Fdb;
 use crate::vlan::TagEdit;
@@ -58,6 +67,15 @@ const HOUSEKEEPING: Duration = Duration::from_millis(100);
 const AGE_EVERY: Duration = Duration::from_secs(1);
 /// The poller token of the command eventfd; port ids are the other tokens.
 const TOKEN_COMMAND: u64 = u64::MAX >> 8;
+/// Most destination queues one source burst holds at once; a flood to more
+/// flushes and releases them in turn.
+const MAX_HELD: usize = 64;
+/// New sources one burst notes for learning (one per frame at most).
+const MAX_LEARNS: usize = BURST;
+/// Busy rounds between two looks at the RX queues a PMD answers for (idle
+/// rounds always look): a ring change nobody sends frames into is still
+/// acknowledged at once.
+const RX_SYNC_EVERY: u32 = 1024;
 
 /// Counters one port shares with the control plane, beyond the library's
 /// own (guest queue counters are read from the `Port`).
@@ -67,8 +85,9 @@ pub struct PortCounters {
     pub tx_drops: [AtomicU64; DropReason::COUNT],
     /// Frames for the port dropped before its sink (MTU, VLAN), by reason.
     pub rx_drops: [AtomicU64; DropReason::COUNT],
-    /// Uplinks: the uplink's own counters, published by the PMD every
-    /// 100 ms (their kernel part costs a syscall: never per burst).
+    /// Uplinks: the uplink's own counters (its queues summed), published by
+    /// the PMD every 100 ms (their kernel part costs a syscall: never per
+    /// burst).
     pub uplink: Mutex<UplinkCounters>,
     /// Whether the uplink is open / the guest's rings run.
     pub connected: AtomicBool,
@@ -92,10 +111,38 @@ pub fn load_drops(from: &[AtomicU64; DropReason::COUNT]) -> DropCounts {
     d
 }
 
-/// What a PMD thread knows of a port.
+/// What a queue of a port moves frames with.
+// One per queue, inline in its lock: boxing the RX queue would add an
+// indirection per destination per burst.
+#[allow(clippy::large_enum_variant)]
+enum QueueEnd {
+    /// A guest's RX queue (frames into the guest).
+    Guest(RxQueue),
+    /// An uplink queue (both directions).
+    Uplink(Box<dyn Uplink>),
+}
+
+/// One queue of a port as a destination (and, for an uplink, as a source
+/// too), behind its own lock.
+pub struct DestQueue {
+    end: QueueEnd,
+    /// What the software offload fallback did, into this queue.
+    fwd: ForwardCounters,
+}
+
+impl std::fmt::Debug for DestQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.end {
+            QueueEnd::Guest(q) => write!(f, "Guest(rx {})", q.index()),
+            QueueEnd::Uplink(u) => write!(f, "Uplink({})", u.name()),
+        }
+    }
+}
+
+/// A port as every PMD sees it.
 #[derive(Debug)]
 pub struct PortDp {
-    /// Its id (its index in the PMD's table).
+    /// Its id (its index in the PMDs' tables).
     pub id: PortId,
     /// Its name, for logs.
     pub name: String,
@@ -108,19 +155,33 @@ pub struct PortDp {
     pub counters: Arc<PortCounters>,
     /// Its capture point.
     pub capture: Arc<CaptureTap>,
-    /// Its endpoint.
-    pub end: End,
-    /// What the software offload fallback did, into the port.
-    pub fwd_rx: ForwardCounters,
-    /// Touched in the current burst (to be flushed).
-    dirty: bool,
     /// An uplink's transmit offloads as `GUEST_*` bits (what its sink
     /// accepts), read once when the port is built.
     uplink_accepts: u64,
+    /// Its queues.
+    queues: Box<[Mutex<DestQueue>]>,
+}
+
+/// What one PMD polls: one queue of one port.
+#[derive(Debug)]
+pub struct Unit {
+    port: Arc<PortDp>,
+    queue: usize,
+    /// A guest's TX queue; `None` for an uplink queue (its source is its
+    /// [`DestQueue`]).
+    tx: Option<TxQueue>,
+}
+
+impl Unit {
+    /// Whether the unit is an uplink queue.
+    pub fn is_uplink(&self) -> bool {
+        self.tx.is_none()
+    }
 }
 
 impl PortDp {
-    /// A port for a PMD table.
+    /// A port for the PMDs' tables, and its units (one per queue) for the
+    /// PMDs that poll them.
     pub fn new(
         id: PortId,
         name: String,
@@ -129,34 +190,79 @@ impl PortDp {
         counters: Arc<PortCounters>,
         capture: Arc<CaptureTap>,
         end: End,
-    ) -> Self {
-        let uplink_accepts = match &end {
-            End::Uplink(u) => guest_from_host(u.offloads().tx),
-            End::Guest(_) => 0,
+    ) -> (Arc<Self>, Vec<Unit>) {
+        let (queues, txs, uplink_accepts): (Vec<_>, Vec<_>, u64) = match end {
+            End::Guest(qps) => {
+                let (rx, tx) = qps.into_iter().map(|qp| (qp.rx, Some(qp.tx))).unzip();
+                let rx: Vec<_> = rx;
+                (rx.into_iter().map(QueueEnd::Guest).collect(), tx, 0)
+            }
+            End::Uplink(ups) => {
+                let accepts = ups.first().map_or(0, |u| guest_from_host(u.offloads().tx));
+                let n = ups.len();
+                (
+                    ups.into_iter().map(QueueEnd::Uplink).collect(),
+                    (0..n).map(|_| None).collect(),
+                    accepts,
+                )
+            }
         };
-        Self {
+        let port = Arc::new(Self {
             id,
             name,
             ingress,
             max_frame: mtu.map_or(usize::MAX, |m| max_frame_for_mtu(m as usize)),
             counters,
             capture,
-            end,
             uplink_accepts,
-            fwd_rx: ForwardCounters::default(),
-            dirty: false,
-        }
+            queues: queues
+                .into_iter()
+                .map(|end| {
+                    Mutex::new(DestQueue {
+                        end,
+                        fwd: ForwardCounters::default(),
+                    })
+                })
+                .collect(),
+        });
+        let units = txs
+            .into_iter()
+            .enumerate()
+            .map(|(queue, tx)| Unit {
+                port: Arc::clone(&port),
+                queue,
+                tx,
+            })
+            .collect();
+        (port, units)
+    }
+
+    fn queue(&self, q: usize) -> MutexGuard<'_, DestQueue> {
+        self.queues[q].lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// A change of the PMD's ports, applied at a burst boundary.
+/// A change of a PMD's ports, applied at a burst boundary.
 #[derive(Debug)]
 pub enum Command {
-    /// Adds a port; the PMD answers when it polls it.
-    Add(Box<PortDp>, SyncSender<()>),
-    /// Removes a port; the PMD hands it back (to be dropped by the control
+    /// The port becomes a destination of this PMD (every PMD gets it,
+    /// before any of its units is polled).
+    AddPort(Arc<PortDp>, SyncSender<()>),
+    /// This PMD polls the unit.
+    AddUnit(Box<Unit>, SyncSender<()>),
+    /// The port is gone: its units and its place as a destination are
+    /// handed back (to be dropped by the control plane, outside the data
     /// plane).
-    Remove(PortId, SyncSender<Option<Box<PortDp>>>),
+    Remove(PortId, SyncSender<Removed>),
+}
+
+/// What a PMD hands back of a removed port.
+#[derive(Debug, Default)]
+pub struct Removed {
+    /// The port's units this PMD polled.
+    pub units: Vec<Unit>,
+    /// Its table entry.
+    pub port: Option<Arc<PortDp>>,
 }
 
 /// Busy and idle cycles of a PMD, and the frames it moved.
@@ -194,8 +300,14 @@ impl PmdHandle {
 /// A PMD thread's state.
 #[derive(Debug)]
 pub struct Pmd {
-    ports: Vec<Option<Box<PortDp>>>,
-    fdb: Arc<Mutex<Fdb>>,
+    index: usize,
+    /// Every port, as a destination, by id.
+    ports: Vec<Option<Arc<PortDp>>>,
+    /// What this PMD polls.
+    units: Vec<Unit>,
+    fdb: Arc<RwLock<Fdb>>,
+    /// Sources a burst found new or moved, learned after it.
+    learns: Vec<(u16, [u8; 6], PortId)>,
     commands: Receiver<Command>,
     wake: Arc<EventFd>,
     poller: Poller,
@@ -205,15 +317,18 @@ pub struct Pmd {
     epoch: Instant,
     last_housekeeping: Instant,
     last_age: Instant,
+    rounds: u32,
 }
 
-/// Creates a PMD (run it with [`Pmd::run`] on its thread) and its handle.
+/// Creates PMD number `index` (run it with [`Pmd::run`] on its thread) and
+/// its handle. PMD 0 ages the FDB.
 ///
 /// # Errors
 /// The eventfd or epoll instance could not be created.
 pub fn new_pmd(
+    index: usize,
     mode: PollMode,
-    fdb: Arc<Mutex<Fdb>>,
+    fdb: Arc<RwLock<Fdb>>,
     epoch: Instant,
 ) -> std::io::Result<(Pmd, PmdHandle)> {
     let (tx, rx) = std::sync::mpsc::sync_channel(16);
@@ -227,8 +342,11 @@ pub fn new_pmd(
     let now = Instant::now();
     Ok((
         Pmd {
+            index,
             ports: Vec::new(),
+            units: Vec::new(),
             fdb,
+            learns: Vec::with_capacity(MAX_LEARNS),
             commands: rx,
             wake: Arc::clone(&wake),
             poller,
@@ -238,6 +356,7 @@ pub fn new_pmd(
             epoch,
             last_housekeeping: now,
             last_age: now,
+            rounds: 0,
         },
         PmdHandle {
             commands: tx,
@@ -247,24 +366,33 @@ pub fn new_pmd(
     ))
 }
 
-/// The notification set of a PMD's ports, for [`PollLoop::round`].
-struct Ports<'a>(&'a mut [Option<Box<PortDp>>]);
+/// The notification set of a PMD's units, for [`PollLoop::round`]: TX
+/// kicks of its guest queues (RX kicks only while the guest has no RX
+/// buffer posted, as the library's queue pairs do).
+struct Units<'a>(&'a mut [Unit]);
 
-impl Notify for Ports<'_> {
+impl Notify for Units<'_> {
     fn enable_notifications(&mut self) -> bool {
         let mut pending = false;
-        for p in self.0.iter_mut().flatten() {
-            if let End::Guest(qps) = &mut p.end {
-                pending |= qps.as_mut_slice().enable_notifications();
+        for u in self.0.iter_mut() {
+            let Some(tx) = &mut u.tx else { continue };
+            pending |= tx.enable_notifications();
+            let mut q = u.port.queue(u.queue);
+            if let QueueEnd::Guest(rx) = &mut q.end {
+                if rx.is_running() && rx.available(1) == 0 {
+                    pending |= rx.enable_notifications();
+                }
             }
         }
         pending
     }
 
     fn disable_notifications(&mut self) {
-        for p in self.0.iter_mut().flatten() {
-            if let End::Guest(qps) = &mut p.end {
-                qps.as_mut_slice().disable_notifications();
+        for u in self.0.iter_mut() {
+            let Some(tx) = &mut u.tx else { continue };
+            tx.disable_notifications();
+            if let QueueEnd::Guest(rx) = &mut u.port.queue(u.queue).end {
+                rx.disable_notifications();
             }
         }
     }
@@ -292,13 +420,13 @@ impl Pmd {
             c.fetch_add(t1.wrapping_sub(t0), Ordering::Relaxed);
             self.housekeeping();
             let Self {
-                ports,
+                units,
                 poller,
                 poll,
                 wake,
                 ..
             } = &mut self;
-            let step = poll.round(moved, false, &mut Ports(ports), poller)?;
+            let step = poll.round(moved, false, &mut Units(units), poller)?;
             // Woken by a command: drain the eventfd (level-triggered), or
             // the next sleep would return at once. The commands themselves
             // are read at the top of the loop, without a syscall.
@@ -309,52 +437,85 @@ impl Pmd {
         Ok(())
     }
 
+    /// One round on the caller's thread, without sleeping: the commands
+    /// sent so far, then one burst from every unit. Returns the frames
+    /// received. For benchmarks and in-process tests; [`Pmd::run`] is the
+    /// thread's loop.
+    pub fn poll_once(&mut self) -> usize {
+        self.apply_commands();
+        self.round()
+    }
+
     /// Applies the commands sent since the last burst (a lock-free look at
     /// the channel when there are none).
     fn apply_commands(&mut self) {
         while let Ok(c) = self.commands.try_recv() {
             match c {
-                Command::Add(mut p, ack) => {
+                Command::AddPort(p, ack) => {
                     let id = p.id as usize;
-                    match &mut p.end {
-                        End::Guest(qps) => {
-                            for qp in qps.iter_mut() {
-                                if let Err(e) = self.poller.add(qp) {
-                                    tracing::warn!("port {}: cannot watch its queues: {e}", p.name);
-                                }
-                            }
-                        }
-                        End::Uplink(u) => {
-                            if self.poll.mode().sleeps() {
-                                if let Err(e) = self.poller.add_fd(u.rx_fd(), Token(id as u64)) {
-                                    tracing::warn!(
-                                        "port {}: cannot watch {}: {e}",
-                                        p.name,
-                                        u.name()
-                                    );
-                                }
-                            }
-                            p.counters.connected.store(true, Ordering::Relaxed);
-                        }
-                    }
                     if self.ports.len() <= id {
                         self.ports.resize_with(id + 1, || None);
                     }
                     self.ports[id] = Some(p);
                     let _ = ack.send(());
                 }
+                Command::AddUnit(mut u, ack) => {
+                    self.watch(&mut u);
+                    self.units.push(*u);
+                    let _ = ack.send(());
+                }
                 Command::Remove(id, ack) => {
-                    let p = self.ports.get_mut(id as usize).and_then(Option::take);
-                    if let Some(p) = &p {
-                        if let End::Uplink(u) = &p.end {
-                            let _ = self.poller.remove_fd(u.rx_fd());
+                    let mut removed = Removed::default();
+                    let mut i = 0;
+                    while i < self.units.len() {
+                        if self.units[i].port.id == id {
+                            let u = self.units.swap_remove(i);
+                            if u.is_uplink() {
+                                if let QueueEnd::Uplink(up) = &u.port.queue(u.queue).end {
+                                    let _ = self.poller.remove_fd(up.rx_fd());
+                                }
+                            }
+                            removed.units.push(u);
+                        } else {
+                            i += 1;
                         }
+                    }
+                    removed.port = self.ports.get_mut(id as usize).and_then(Option::take);
+                    if let Some(p) = &removed.port {
                         publish_uplink(p);
                     }
-                    let _ = ack.send(p);
+                    let _ = ack.send(removed);
                 }
             }
         }
+    }
+
+    /// Registers a new unit's fds with the poller.
+    fn watch(&mut self, u: &mut Unit) {
+        let p = Arc::clone(&u.port);
+        let mut q = p.queue(u.queue);
+        match (&mut u.tx, &mut q.end) {
+            (Some(tx), QueueEnd::Guest(rx)) => {
+                if let Err(e) = self.poller.add_tx(tx).and_then(|()| self.poller.add_rx(rx)) {
+                    tracing::warn!("port {}: cannot watch its queues: {e}", p.name);
+                }
+            }
+            (_, QueueEnd::Uplink(up)) => {
+                if self.poll.mode().sleeps() {
+                    if let Err(e) = self.poller.add_fd(up.rx_fd(), Token(u64::from(p.id))) {
+                        tracing::warn!("port {}: cannot watch {}: {e}", p.name, up.name());
+                    }
+                }
+                p.counters.connected.store(true, Ordering::Relaxed);
+            }
+            (None, QueueEnd::Guest(_)) => {}
+        }
+        tracing::debug!(
+            "pmd {}: polls port {} queue {}",
+            self.index,
+            p.name,
+            u.queue
+        );
     }
 
     fn housekeeping(&mut self) {
@@ -362,19 +523,27 @@ impl Pmd {
             return;
         }
         self.last_housekeeping = Instant::now();
-        for p in self.ports.iter_mut().flatten() {
-            match &mut p.end {
-                End::Uplink(_) => publish_uplink(p),
-                End::Guest(qps) => {
-                    let running = qps.iter_mut().any(|q| q.tx.is_running());
-                    p.counters.connected.store(running, Ordering::Relaxed);
+        for u in &mut self.units {
+            match &mut u.tx {
+                None => {
+                    if u.queue == 0 {
+                        publish_uplink(&u.port);
+                    }
+                }
+                Some(tx) => {
+                    if u.queue == 0 {
+                        u.port
+                            .counters
+                            .connected
+                            .store(tx.is_running(), Ordering::Relaxed);
+                    }
                 }
             }
         }
-        if self.last_age.elapsed() >= AGE_EVERY {
+        if self.index == 0 && self.last_age.elapsed() >= AGE_EVERY {
             self.last_age = Instant::now();
             let now = self.now();
-            self.fdb.lock().unwrap_or_else(|p| p.into_inner()).age(now);
+            self.fdb.write().unwrap_or_else(|p| p.into_inner()).age(now);
         }
     }
 
@@ -382,53 +551,77 @@ impl Pmd {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// One burst from every source; returns the frames received.
+    /// One burst from every unit; returns the frames received.
     fn round(&mut self) -> usize {
         let mut moved = 0;
         let now = self.now();
-        for i in 0..self.ports.len() {
-            let Some(mut src) = self.ports[i].take() else {
-                continue;
-            };
-            moved += self.burst_from(&mut src, now);
-            self.ports[i] = Some(src);
+        for i in 0..self.units.len() {
+            moved += self.burst_from(i, now);
+        }
+        self.rounds = self.rounds.wrapping_add(1);
+        if moved == 0 || self.rounds % RX_SYNC_EVERY == 0 {
+            self.sync_rx();
         }
         moved
     }
 
-    /// One burst from `src` into the other ports.
-    fn burst_from(&mut self, src: &mut PortDp, now: u64) -> usize {
+    /// Picks up the ring changes of the RX queues this PMD answers for
+    /// (the RX halves of the guest queues it polls), unless another PMD is
+    /// filling one (which picks them up itself).
+    fn sync_rx(&mut self) {
+        for u in &self.units {
+            if u.tx.is_none() {
+                continue;
+            }
+            if let Ok(mut q) = u.port.queues[u.queue].try_lock() {
+                if let QueueEnd::Guest(rx) = &mut q.end {
+                    rx.is_running();
+                }
+            }
+        }
+    }
+
+    /// One burst from unit `i` into the other ports.
+    fn burst_from(&mut self, i: usize, now: u64) -> usize {
         let Self {
-            ports, fdb, fwd, ..
+            units,
+            ports,
+            fdb,
+            fwd,
+            learns,
+            ..
         } = self;
-        // Lock once per burst; a poisoned lock (a panic elsewhere) leaves a
-        // consistent table.
-        let mut fdb = fdb.lock().unwrap_or_else(|p| p.into_inner());
+        let Unit { port, queue, tx } = &mut units[i];
+        let src: &PortDp = port;
+        // Read-locked once per burst; a poisoned lock (a panic elsewhere)
+        // leaves a consistent table.
+        let table = fdb.read().unwrap_or_else(|p| p.into_inner());
         let mut ctx = Burst {
             ports,
-            fdb: &mut fdb,
+            fdb: &table,
+            learns,
             fwd,
             now,
             drops: DropCounts::default(),
             src_id: src.id,
+            held: ArrayVec::new(),
         };
         let capture = src.capture.on().then(|| Arc::clone(&src.capture));
         let ingress = &src.ingress;
         let max_frame = src.max_frame;
-        let mut n = 0;
-        match &mut src.end {
-            End::Guest(qps) => {
-                for qp in qps.iter_mut() {
-                    n += qp.tx.recv_burst(BURST, |frame| {
-                        let hdr = *frame.hdr();
-                        if let Some(c) = &capture {
-                            c.offer(Direction::Inbound, frame.len(), |b| frame.copy_to(0, b));
-                        }
-                        ctx.frame(ingress, max_frame, &hdr, frame.head(), &*frame);
-                    });
+        let n = match tx {
+            Some(tx) => tx.recv_burst(BURST, |frame| {
+                let hdr = *frame.hdr();
+                if let Some(c) = &capture {
+                    c.offer(Direction::Inbound, frame.len(), |b| frame.copy_to(0, b));
                 }
-            }
-            End::Uplink(up) => {
+                ctx.frame(ingress, max_frame, &hdr, frame.head(), &*frame);
+            }),
+            None => {
+                let mut q = src.queue(*queue);
+                let QueueEnd::Uplink(up) = &mut q.end else {
+                    return 0;
+                };
                 let r = up.rx_burst(BURST, &mut |hdr, bytes| {
                     if let Some(c) = &capture {
                         c.offer(Direction::Inbound, bytes.len(), |b| {
@@ -439,34 +632,76 @@ impl Pmd {
                     }
                     ctx.frame(ingress, max_frame, hdr, bytes, &bytes);
                 });
+                // Flushed before the uplink's own lock goes.
+                ctx.release();
                 match r {
-                    Ok(k) => n += k,
-                    Err(e) => tracing::debug!("port {}: rx: {e}", src.name),
+                    Ok(k) => k,
+                    Err(e) => {
+                        tracing::debug!("port {}: rx: {e}", src.name);
+                        0
+                    }
                 }
             }
-        }
+        };
         add_drops(&src.counters.tx_drops, &ctx.drops);
-        ctx.flush();
+        ctx.release();
+        drop(ctx);
+        drop(table);
+        if !learns.is_empty() {
+            let mut t = fdb.write().unwrap_or_else(|p| p.into_inner());
+            for (vlan, mac, port) in learns.drain(..) {
+                t.learn(vlan, &mac, port, now);
+            }
+        }
         n
     }
 }
 
-/// Publishes an uplink's counters into its shared ones.
+/// Publishes an uplink's counters (its queues summed) into its shared ones.
 fn publish_uplink(p: &PortDp) {
-    let End::Uplink(u) = &p.end else { return };
-    let c = u.counters();
-    *p.counters.uplink.lock().unwrap_or_else(|e| e.into_inner()) = c;
+    let mut sum = UplinkCounters::default();
+    let mut any = false;
+    for q in p.queues.iter() {
+        if let QueueEnd::Uplink(u) = &q.lock().unwrap_or_else(|e| e.into_inner()).end {
+            let c = u.counters();
+            sum.rx_packets += c.rx_packets;
+            sum.rx_bytes += c.rx_bytes;
+            sum.tx_packets += c.tx_packets;
+            sum.tx_bytes += c.tx_bytes;
+            for (r, n) in c.rx_drops.iter() {
+                sum.rx_drops.add(r, n);
+            }
+            for (r, n) in c.tx_drops.iter() {
+                sum.tx_drops.add(r, n);
+            }
+            any = true;
+        }
+    }
+    if any {
+        *p.counters.uplink.lock().unwrap_or_else(|e| e.into_inner()) = sum;
+    }
+}
+
+/// A destination queue locked by the current burst.
+struct Held<'a> {
+    port: PortId,
+    queue: usize,
+    guard: MutexGuard<'a, DestQueue>,
 }
 
 /// The state of one source burst.
 struct Burst<'a> {
-    ports: &'a mut [Option<Box<PortDp>>],
-    fdb: &'a mut Fdb,
+    ports: &'a [Option<Arc<PortDp>>],
+    fdb: &'a Fdb,
+    learns: &'a mut Vec<(u16, [u8; 6], PortId)>,
     fwd: &'a mut Forwarder,
     now: u64,
     /// Decision drops of the source.
     drops: DropCounts,
     src_id: PortId,
+    /// The destination queues locked so far, flushed and released at the
+    /// end of the burst.
+    held: ArrayVec<Held<'a>, MAX_HELD>,
 }
 
 /// 802.1Q TCI of a head's outer tag, if it is a C-tag.
@@ -478,7 +713,7 @@ fn outer_tci(l2: &L2Head) -> Option<u16> {
         .map(|v| v.tci.0)
 }
 
-impl Burst<'_> {
+impl<'a> Burst<'a> {
     /// Decides on one frame and delivers it.
     #[inline]
     fn frame(
@@ -505,7 +740,20 @@ impl Burst<'_> {
             src: l2.src().0,
             tci,
         };
-        match decide(ingress, &h, self.fdb, self.now) {
+        let vlan = match admit(ingress, &h) {
+            Ok(v) => v,
+            Err(r) => {
+                self.drops.add(r, 1);
+                return;
+            }
+        };
+        if !self.fdb.refresh(vlan, &h.src, ingress.id, self.now)
+            && self.learns.len() < MAX_LEARNS
+            && !self.learns.iter().any(|l| l.0 == vlan && l.1 == h.src)
+        {
+            self.learns.push((vlan, h.src, ingress.id));
+        }
+        match destination(ingress.id, vlan, &h.dst, self.fdb, self.now) {
             Verdict::Forward { port, vlan } => {
                 if !self.deliver(port, vlan, tci, hdr, head, frame, false) {
                     self.drops.add(DropReason::VlanDenied, 1);
@@ -536,7 +784,8 @@ impl Burst<'_> {
         frame: &dyn FrameSource,
         flooding: bool,
     ) -> bool {
-        let Some(Some(d)) = self.ports.get_mut(dst as usize) else {
+        let ports: &'a [Option<Arc<PortDp>>] = self.ports;
+        let Some(Some(d)) = ports.get(dst as usize) else {
             return false;
         };
         let egress = d.ingress.vlan.egress(vlan);
@@ -580,42 +829,74 @@ impl Burst<'_> {
                 vhost_net_backend::copy_frame(s, b)
             });
         }
-        d.dirty = true;
-        let PortDp {
-            end,
-            fwd_rx,
-            uplink_accepts,
-            ..
-        } = &mut **d;
-        let _ = match end {
-            End::Guest(qps) => {
-                let q = flow_queue(head, qps);
-                self.fwd.forward(fwd_rx, &h, src, &mut qps[q].rx)
+        let q = flow_queue(head, d.queues.len());
+        let mut i = self.hold(d, q);
+        if q != 0 {
+            if let QueueEnd::Guest(rx) = &mut self.held[i].guard.end {
+                // That queue is not running (a guest using fewer queues
+                // than offered): queue 0.
+                if !rx.is_running() {
+                    i = self.hold(d, 0);
+                }
             }
-            End::Uplink(u) => {
-                let mut sink = UplinkSink::with_accepts(&mut **u, *uplink_accepts);
-                self.fwd.forward(fwd_rx, &h, src, &mut sink)
+        }
+        let Self { held, fwd, .. } = self;
+        let DestQueue { end, fwd: counters } = &mut *held[i].guard;
+        let _ = match end {
+            QueueEnd::Guest(rx) => fwd.forward(counters, &h, src, rx),
+            QueueEnd::Uplink(u) => {
+                let mut sink = UplinkSink::with_accepts(&mut **u, d.uplink_accepts);
+                fwd.forward(counters, &h, src, &mut sink)
             }
         };
         true
     }
 
-    /// Flushes every destination touched.
-    fn flush(&mut self) {
-        for d in self.ports.iter_mut().flatten() {
-            if !d.dirty {
-                continue;
-            }
-            d.dirty = false;
-            match &mut d.end {
-                End::Guest(qps) => {
-                    for qp in qps.iter_mut() {
-                        let _ = Sink::flush(&mut qp.rx);
-                    }
+    /// Destination queue `q` of `d`, locked for the rest of the burst. A
+    /// queue another PMD holds makes this one flush and release what it
+    /// holds before it waits: a PMD never waits while holding a destination.
+    /// Returns its index in `held`.
+    #[inline]
+    fn hold(&mut self, d: &'a PortDp, q: usize) -> usize {
+        match self
+            .held
+            .iter()
+            .position(|h| h.port == d.id && h.queue == q)
+        {
+            Some(i) => i,
+            None => {
+                if self.held.is_full() {
+                    self.release();
                 }
-                End::Uplink(u) => {
+                let m = &d.queues[q];
+                let guard = match m.try_lock() {
+                    Ok(g) => g,
+                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(TryLockError::WouldBlock) => {
+                        self.release();
+                        m.lock().unwrap_or_else(|p| p.into_inner())
+                    }
+                };
+                self.held.push(Held {
+                    port: d.id,
+                    queue: q,
+                    guard,
+                });
+                self.held.len() - 1
+            }
+        }
+    }
+
+    /// Flushes and unlocks every destination queue held.
+    fn release(&mut self) {
+        for mut h in self.held.drain(..) {
+            match &mut h.guard.end {
+                QueueEnd::Guest(rx) => {
+                    let _ = Sink::flush(rx);
+                }
+                QueueEnd::Uplink(u) => {
                     if let Err(e) = u.tx_flush() {
-                        tracing::debug!("port {}: tx: flush: {e}", d.name);
+                        tracing::debug!("uplink {}: tx: flush: {e}", u.name());
                     }
                 }
             }
@@ -623,22 +904,15 @@ impl Burst<'_> {
     }
 }
 
-/// The RX queue a frame goes to on a multiqueue guest: a hash of its
-/// addresses, so that a flow keeps its queue; queue 0 if that one is not
-/// running.
+/// The queue a frame goes to on a multiqueue port: a hash of its
+/// addresses, so that a flow keeps its queue.
 #[inline]
-fn flow_queue(head: &[u8], qps: &mut [QueuePair]) -> usize {
-    let n = qps.len();
+fn flow_queue(head: &[u8], n: usize) -> usize {
     if n <= 1 {
         return 0;
     }
     let h = head[..12]
         .iter()
         .fold(0u32, |a, &b| a.rotate_left(5) ^ u32::from(b));
-    let q = (h as usize) % n;
-    if qps[q].rx.is_running() {
-        q
-    } else {
-        0
-    }
+    (h as usize) % n
 }

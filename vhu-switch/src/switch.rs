@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
 //! The switch's control plane: the port table, the FDB, persistence, and
-//! the PMD thread; what the control API's handlers call ([`Control`]).
+//! the PMD threads; what the control API's handlers call ([`Control`]).
 //!
 //! Every change is one step, done completely or refused with nothing
 //! changed: a port is built (socket, uplink) before it enters the table,
@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -28,13 +28,13 @@ use crate::endpoint::{self, Handle};
 use crate::fdb::{Fdb, Origin};
 use crate::metrics::{self, PmdSample, PortSample, Snapshot};
 use crate::persist::Store;
-use crate::pmd::{self, load_drops, Command, PmdHandle, PortCounters, PortDp};
+use crate::pmd::{self, load_drops, Command, PmdHandle, PortCounters, PortDp, Removed};
 use crate::vlan::VlanMode;
 use crate::PortId;
 
-/// How long the control plane waits for the PMD to take or give back a
-/// port (it answers at its next burst boundary, or within its longest
-/// sleep once woken).
+/// How long the control plane waits for a PMD to take or give back a port
+/// (it answers at its next burst boundary, or within its longest sleep
+/// once woken).
 const PMD_ANSWER: Duration = Duration::from_secs(5);
 
 /// Where a port comes from.
@@ -64,6 +64,8 @@ struct Entry {
     handle: Handle,
     counters: Arc<PortCounters>,
     capture: Arc<CaptureTap>,
+    /// The PMD polling each of its queues.
+    pmds: Vec<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +73,11 @@ struct State {
     ports: BTreeMap<String, Entry>,
     free: Vec<PortId>,
     next: PortId,
+    /// Queues polled by each PMD.
+    loads: Vec<usize>,
+    /// The PMD that polls every uplink queue, while there are uplinks (see
+    /// `pmd`'s module documentation), and how many uplinks there are.
+    uplink_pmd: Option<(usize, usize)>,
     /// Persisted ports that could not be re-created at start: kept in the
     /// state file, so that nothing is lost.
     failed: Vec<PortSpec>,
@@ -82,10 +89,10 @@ pub type LogControl = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 /// The running switch.
 pub struct Switch {
     cfg: Config,
-    fdb: Arc<Mutex<Fdb>>,
+    fdb: Arc<RwLock<Fdb>>,
     epoch: Instant,
-    pmd: PmdHandle,
-    pmd_thread: Mutex<Option<JoinHandle<()>>>,
+    pmds: Vec<PmdHandle>,
+    pmd_threads: Mutex<Vec<JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
     state: Mutex<State>,
     store: Store,
@@ -110,50 +117,50 @@ fn poll_mode(p: CfgPoll) -> vhost_net_backend::PollMode {
 }
 
 impl Switch {
-    /// Starts the PMD thread; no ports yet ([`Switch::restore`] adds them).
+    /// Starts the PMD threads; no ports yet ([`Switch::restore`] adds them).
     ///
     /// # Errors
-    /// More than one PMD thread configured (not in this version), or the
-    /// PMD could not be created or started.
+    /// A PMD could not be created or started.
     pub fn start(cfg: Config, log: LogControl) -> Result<Arc<Self>, String> {
-        if cfg.pmds.len() != 1 {
-            return Err(format!(
-                "{} PMD threads configured: this version runs one (omit `pmds`, or give one CPU in `pmd_cpus`)",
-                cfg.pmds.len()
-            ));
-        }
-        let fdb = Arc::new(Mutex::new(Fdb::new(cfg.fdb)));
+        let fdb = Arc::new(RwLock::new(Fdb::new(cfg.fdb)));
         let epoch = Instant::now();
-        let (pmd, handle) = pmd::new_pmd(poll_mode(cfg.poll), Arc::clone(&fdb), epoch)
-            .map_err(|e| format!("cannot create the PMD thread's poller: {e}"))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let cpu = cfg.pmds[0];
-        let thread = {
+        let mut pmds = Vec::new();
+        let mut threads = Vec::new();
+        for (i, &cpu) in cfg.pmds.iter().enumerate() {
+            let (pmd, handle) = pmd::new_pmd(i, poll_mode(cfg.poll), Arc::clone(&fdb), epoch)
+                .map_err(|e| format!("cannot create PMD {i}'s poller: {e}"))?;
             let stop = Arc::clone(&stop);
-            std::thread::Builder::new()
-                .name("vhu-pmd-0".into())
+            let thread = std::thread::Builder::new()
+                .name(format!("vhu-pmd-{i}"))
                 .spawn(move || {
                     if let Some(c) = cpu {
                         match vhost_net_backend::sys::pin_current_thread(c as usize) {
-                            Ok(()) => tracing::info!("pmd 0: pinned to CPU {c}"),
-                            Err(e) => tracing::error!("pmd 0: cannot pin to CPU {c}: {e}"),
+                            Ok(()) => tracing::info!("pmd {i}: pinned to CPU {c}"),
+                            Err(e) => tracing::error!("pmd {i}: cannot pin to CPU {c}: {e}"),
                         }
                     }
                     if let Err(e) = pmd.run(&stop) {
-                        tracing::error!("pmd 0: stopped: {e}");
+                        tracing::error!("pmd {i}: stopped: {e}");
                     }
                 })
-                .map_err(|e| format!("cannot start the PMD thread: {e}"))?
-        };
+                .map_err(|e| format!("cannot start PMD thread {i}: {e}"))?;
+            pmds.push(handle);
+            threads.push(thread);
+        }
         let store = Store::new(&cfg.state_dir);
+        let state = State {
+            loads: vec![0; pmds.len()],
+            ..State::default()
+        };
         Ok(Arc::new(Self {
             cfg,
             fdb,
             epoch,
-            pmd: handle,
-            pmd_thread: Mutex::new(Some(thread)),
+            pmds,
+            pmd_threads: Mutex::new(threads),
             stop,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             store,
             log,
             ready: AtomicBool::new(false),
@@ -194,16 +201,15 @@ impl Switch {
         Ok(())
     }
 
-    /// Stops the PMD and removes every port (their sockets with them).
+    /// Stops the PMDs and removes every port (their sockets with them).
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        let _ = self.pmd.wake.write(1);
-        if let Some(t) = self
-            .pmd_thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        for p in &self.pmds {
+            let _ = p.wake.write(1);
+        }
+        let threads =
+            std::mem::take(&mut *self.pmd_threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
             let _ = t.join();
         }
         let mut st = self.lock();
@@ -222,8 +228,64 @@ impl Switch {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn fdb(&self) -> MutexGuard<'_, Fdb> {
-        self.fdb.lock().unwrap_or_else(|p| p.into_inner())
+    fn fdb(&self) -> RwLockWriteGuard<'_, Fdb> {
+        self.fdb.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fdb_read(&self) -> RwLockReadGuard<'_, Fdb> {
+        self.fdb.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where each of a new port's `n` queues is polled: every uplink queue
+    /// on the uplinks' PMD; other queues on the port's `pmd`, or each on the
+    /// least loaded PMD.
+    fn place(&self, st: &State, spec: &PortSpec, n: usize) -> Result<Vec<usize>, Refusal> {
+        let who = format!("port {:?}", spec.name);
+        if spec.kind != PortKind::VhostUser {
+            let p = match (st.uplink_pmd, spec.pmd) {
+                (Some((u, _)), Some(p)) if p as usize != u => {
+                    return Err(Refusal::invalid(format!(
+                        "{who}: pmd: every uplink is polled by one PMD in this version, and pmd {u} polls the others; omit `pmd` or give {u}"
+                    )))
+                }
+                (Some((u, _)), _) => u,
+                (None, Some(p)) => p as usize,
+                (None, None) => least_loaded(&st.loads),
+            };
+            return Ok(vec![p; n]);
+        }
+        let mut loads = st.loads.clone();
+        Ok((0..n)
+            .map(|_| {
+                let p = spec
+                    .pmd
+                    .map_or_else(|| least_loaded(&loads), |p| p as usize);
+                loads[p] += 1;
+                p
+            })
+            .collect())
+    }
+
+    /// Sends one command to PMD `i` and waits for its answer.
+    fn ask<T>(
+        &self,
+        i: usize,
+        make: impl FnOnce(std::sync::mpsc::SyncSender<T>) -> Command,
+    ) -> Option<T> {
+        let (ack, answer) = sync_channel(1);
+        if !self.pmds[i].send(make(ack)) {
+            return None;
+        }
+        answer.recv_timeout(PMD_ANSWER).ok()
+    }
+
+    /// Takes a port out of every PMD; what they hand back is dropped here,
+    /// outside the data plane.
+    fn withdraw(&self, id: PortId) {
+        for i in 0..self.pmds.len() {
+            let r: Option<Removed> = self.ask(i, |ack| Command::Remove(id, ack));
+            drop(r);
+        }
     }
 
     fn now(&self) -> u64 {
@@ -292,7 +354,7 @@ impl Switch {
             vlan: VlanMode::from_api(spec.vlan.as_ref()),
             macs: spec.mac.iter().flatten().map(|m| m.0).collect(),
         };
-        let dp = PortDp::new(
+        let (dp, units) = PortDp::new(
             id,
             spec.name.clone(),
             ingress,
@@ -301,14 +363,39 @@ impl Switch {
             Arc::clone(&capture),
             end,
         );
-        let (ack, answer) = sync_channel(1);
-        if !self.pmd.send(Command::Add(Box::new(dp), ack))
-            || answer.recv_timeout(PMD_ANSWER).is_err()
-        {
+        let placed = match self.place(&st, &spec, units.len()) {
+            Ok(p) => p,
+            Err(r) => {
+                st.free.push(id);
+                return Err(r);
+            }
+        };
+        // Every PMD knows the port as a destination before any polls it.
+        let mut taken = (0..self.pmds.len()).all(|i| {
+            self.ask(i, |ack| Command::AddPort(Arc::clone(&dp), ack))
+                .is_some()
+        });
+        drop(dp);
+        if taken {
+            for (u, &p) in units.into_iter().zip(&placed) {
+                taken &= self
+                    .ask(p, |ack| Command::AddUnit(Box::new(u), ack))
+                    .is_some();
+            }
+        }
+        if !taken {
+            self.withdraw(id);
             st.free.push(id);
             return Err(Refusal::failed(format!(
-                "{who}: the PMD thread did not take the port"
+                "{who}: a PMD thread did not take the port"
             )));
+        }
+        for &p in &placed {
+            st.loads[p] += 1;
+        }
+        if spec.kind != PortKind::VhostUser {
+            let (u, n) = st.uplink_pmd.unwrap_or((placed[0], 0));
+            st.uplink_pmd = Some((u, n + 1));
         }
         st.ports.insert(
             spec.name.clone(),
@@ -319,6 +406,7 @@ impl Switch {
                 handle,
                 counters,
                 capture,
+                pmds: placed,
             },
         );
         if origin == PortOrigin::Api {
@@ -346,11 +434,17 @@ impl Switch {
             )));
         }
         let e = st.ports.remove(name).expect("looked up above");
-        let (ack, answer) = sync_channel(1);
-        if self.pmd.send(Command::Remove(e.id, ack)) {
-            // The PMD hands the endpoint back; dropping it here closes the
-            // queues and sockets outside the data plane.
-            drop(answer.recv_timeout(PMD_ANSWER));
+        // The PMDs hand the endpoint back; dropping it here closes the
+        // queues and sockets outside the data plane.
+        self.withdraw(e.id);
+        for &p in &e.pmds {
+            st.loads[p] = st.loads[p].saturating_sub(1);
+        }
+        if e.spec.kind != PortKind::VhostUser {
+            st.uplink_pmd = match st.uplink_pmd {
+                Some((u, n)) if n > 1 => Some((u, n - 1)),
+                _ => None,
+            };
         }
         self.fdb().remove_port(e.id);
         st.free.push(e.id);
@@ -380,7 +474,7 @@ impl Switch {
                 features,
                 queue_pairs: pairs,
                 socket_path: socket,
-                pmd: 0,
+                pmd: e.pmds.first().map_or(0, |&p| p as u32),
                 origin: e.origin.name().into(),
             },
         }
@@ -447,6 +541,11 @@ fn connected(e: &Entry) -> bool {
     }
 }
 
+/// The PMD polling the fewest queues (the first of equals).
+fn least_loaded(loads: &[usize]) -> usize {
+    (0..loads.len()).min_by_key(|&i| loads[i]).unwrap_or(0)
+}
+
 fn merge(into: &mut DropCounts, from: &DropCounts) {
     for (r, n) in from.iter() {
         into.add(r, n);
@@ -508,7 +607,7 @@ impl Control for Switch {
                 .collect()
         };
         let now = self.now();
-        Switch::fdb(self)
+        self.fdb_read()
             .entries(now)
             .into_iter()
             .filter_map(|e| {
@@ -566,20 +665,25 @@ impl Control for Switch {
                 })
                 .collect()
         };
-        let c = &self.pmd.counters;
         let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let (fdb_entries, fdb) = {
-            let f = Switch::fdb(self);
+            let f = self.fdb_read();
             (f.len() as u64, f.counters())
         };
+        let pmds = self
+            .pmds
+            .iter()
+            .enumerate()
+            .map(|(i, h)| PmdSample {
+                id: i,
+                busy_cycles: ld(&h.counters.busy_cycles),
+                idle_cycles: ld(&h.counters.idle_cycles),
+                frames: ld(&h.counters.frames),
+            })
+            .collect();
         metrics::render(&Snapshot {
             ports,
-            pmds: vec![PmdSample {
-                id: 0,
-                busy_cycles: ld(&c.busy_cycles),
-                idle_cycles: ld(&c.idle_cycles),
-                frames: ld(&c.frames),
-            }],
+            pmds,
             fdb_entries,
             fdb,
         })

@@ -120,7 +120,23 @@ impl QueuePair {
     /// Registers both queues' kick and wake eventfds with a poller's epoll
     /// instance (see [`Poller::add`]).
     pub(crate) fn attach_poller(&mut self, epoll: &Arc<Epoll>) -> std::io::Result<()> {
-        self.rx.vring.attach_poller(Arc::clone(epoll))?;
-        self.tx.vring.attach_poller(Arc::clone(epoll))
+        self.rx.attach_poller(epoll)?;
+        self.tx.attach_poller(epoll)
+    }
+}
+
+impl RxQueue {
+    /// Registers the queue's kick and wake eventfds with a poller's epoll
+    /// instance (see [`Poller::add_rx`]).
+    pub(crate) fn attach_poller(&mut self, epoll: &Arc<Epoll>) -> std::io::Result<()> {
+        self.vring.attach_poller(Arc::clone(epoll))
+    }
+}
+
+impl TxQueue {
+    /// Registers the queue's kick and wake eventfds with a poller's epoll
+    /// instance (see [`Poller::add_tx`]).
+    pub(crate) fn attach_poller(&mut self, epoll: &Arc<Epoll>) -> std::io::Result<()> {
+        self.vring.attach_poller(Arc::clone(epoll))
     }
 }

@@ -192,6 +192,15 @@ impl LoopbackGuest {
         g
     }
 
+    /// Takes the device side out, to hand it to a data plane that owns its
+    /// queues (a switch's PMD); `self.qp` is left as a queue pair whose
+    /// rings never run. The guest side (`post_*`, `reap_*`) keeps working.
+    pub fn take_qp(&mut self) -> QueuePair {
+        let idle = |_| Arc::new(VringShared::new().expect("eventfd"));
+        let spare = QueuePair::new(0, idle(0), idle(1));
+        std::mem::replace(&mut self.qp, spare)
+    }
+
     /// Guest-physical layout of the RX ring (`rx == true`) or TX ring.
     pub fn layout(&self, rx: bool) -> Layout {
         let r = if rx { &self.rx } else { &self.tx };
