@@ -536,3 +536,72 @@ kind = "vhost-user"
     drop(s);
     drop(a);
 }
+
+#[test]
+#[ignore = "needs root and the peers: run scripts/test.sh"]
+fn multiqueue_ports_spread_over_two_pmds() {
+    let run = RunDir::new("switch-mq");
+    let config = r#"
+[switch]
+pmds = 2
+
+[[port]]
+name = "m1"
+kind = "vhost-user"
+queues = 2
+
+[[port]]
+name = "m2"
+kind = "vhost-user"
+queues = 2
+"#;
+    let sw = SwitchProc::start(&run, config, &[]);
+    let frontend = |sock: std::path::PathBuf, mac: &str, lcores: Lcores| {
+        let mut o = FrontendOpts::new(sock);
+        o.mac = Some(mac.into());
+        o.port.queues = 2;
+        o.port.forward_mode = "rxonly".into();
+        o.port.lcores = lcores;
+        let mut t = Testpmd::spawn(&o);
+        t.wait_link_up(Duration::from_secs(20));
+        t.start();
+        t
+    };
+    let mut m1 = frontend(sw.sockets.join("m1.sock"), MAC_A, Lcores::FRONTEND);
+    let mut m2 = frontend(sw.sockets.join("m2.sock"), MAC_B, Lcores::BACKEND);
+    let v: PortView = sw.get("/ports/m1");
+    assert_eq!(v.state.queue_pairs, 2, "{v:?}");
+    // Both directions, so that each MAC is learned; then unicast. Each
+    // port's two TX queues are polled by the two PMDs, both filling the
+    // other port's RX queue: every frame arrives or is counted.
+    for (from, tx, to, dst) in [(&mut m1, "m1", "m2", MAC_B), (&mut m2, "m2", "m1", MAC_A)] {
+        let before_tx = settled(&sw, tx).total.tx_packets;
+        let before = settled(&sw, to).total;
+        let sent = send(from, dst, 300);
+        assert!(sent > 1000, "{tx} sent only {sent}");
+        let s_tx = settled(&sw, tx);
+        assert_eq!(s_tx.total.tx_packets - before_tx, sent, "{s_tx:?}");
+        assert!(
+            s_tx.queues.iter().all(|q| q.tx_packets > 0),
+            "testpmd sends on both queues, the switch polls both: {s_tx:?}"
+        );
+        let s_to = settled(&sw, to).total;
+        let got = s_to.rx_packets - before.rx_packets;
+        let lost = drops(&s_to, true, "no_buffers") - drops(&before, true, "no_buffers");
+        assert_eq!(got + lost, sent, "{s_to:?}");
+        assert_eq!(
+            s_to.rx_dropped_total() - before.rx_dropped_total(),
+            lost,
+            "only no_buffers drops: {s_to:?}"
+        );
+    }
+    let m = String::from_utf8(sw.call("GET", "/metrics", "", 200)).unwrap();
+    for p in ["0", "1"] {
+        let frames = m
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("vhu_pmd_frames_total{{pmd=\"{p}\"}} ")))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        assert!(frames > 1000, "pmd {p} moved {frames} frames:\n{m}");
+    }
+}
