@@ -48,6 +48,7 @@
 //! ```
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -311,10 +312,42 @@ pub enum Step {
     Slept,
 }
 
+/// Where a data-plane thread's time goes, in TSC cycles: rounds that moved
+/// frames (busy) and rounds that found nothing (idle; sleeps not counted),
+/// and the frames moved. Written by its [`PollLoop`], read by anyone (e.g.
+/// a metrics endpoint, or a report on exit).
+#[derive(Debug, Default)]
+pub struct LoopCycles {
+    /// Cycles in rounds that moved frames.
+    pub busy_cycles: AtomicU64,
+    /// Cycles in rounds that moved nothing (polling, not sleeping).
+    pub idle_cycles: AtomicU64,
+    /// Frames moved.
+    pub frames: AtomicU64,
+}
+
+impl LoopCycles {
+    /// Busy cycles per frame moved, if any frame moved.
+    pub fn busy_cycles_per_frame(&self) -> Option<f64> {
+        let f = self.frames.load(Ordering::Relaxed);
+        (f > 0).then(|| self.busy_cycles.load(Ordering::Relaxed) as f64 / f as f64)
+    }
+
+    /// Busy cycles over the cycles spent polling (busy and idle), if any.
+    pub fn busy_fraction(&self) -> Option<f64> {
+        let b = self.busy_cycles.load(Ordering::Relaxed);
+        let t = b + self.idle_cycles.load(Ordering::Relaxed);
+        (t > 0).then(|| b as f64 / t as f64)
+    }
+}
+
 /// The busy / adaptive / interrupt loop of a data-plane thread, driven one
-/// round at a time (see the [module documentation](self)).
+/// round at a time (see the [module documentation](self)). It also counts
+/// where the thread's cycles go ([`PollLoop::cycles`]): each round is
+/// charged, from the end of the previous one, to busy or idle.
 ///
-/// Hot path: a round that moved frames reads the clock once and returns.
+/// Hot path: a round that moved frames reads the clock and the TSC once,
+/// and stores (no atomic read-modify-write) two counters.
 #[derive(Debug, Clone)]
 pub struct PollLoop {
     mode: PollMode,
@@ -322,6 +355,13 @@ pub struct PollLoop {
     max_sleep: Duration,
     last_work: Instant,
     nap: Duration,
+    cycles: Arc<LoopCycles>,
+    /// The TSC at the end of the previous round.
+    mark: u64,
+    /// This thread's totals (the atomics are only stored to).
+    busy: u64,
+    idle_total: u64,
+    frames: u64,
 }
 
 impl PollLoop {
@@ -333,7 +373,38 @@ impl PollLoop {
             max_sleep: MAX_SLEEP,
             last_work: Instant::now(),
             nap: NAP_MIN,
+            cycles: Arc::new(LoopCycles::default()),
+            mark: crate::sys::tsc(),
+            busy: 0,
+            idle_total: 0,
+            frames: 0,
         }
+    }
+
+    /// The loop's cycle counters (shared: clone the `Arc` to read them from
+    /// another thread).
+    pub fn cycles(&self) -> &Arc<LoopCycles> {
+        &self.cycles
+    }
+
+    /// Charges the time since the last round to busy (`moved > 0`) or idle.
+    #[inline]
+    fn charge(&mut self, moved: usize) -> u64 {
+        let now = crate::sys::tsc();
+        let d = now.wrapping_sub(self.mark);
+        // Relaxed stores: one writer; readers want totals, not an order.
+        if moved > 0 {
+            self.busy += d;
+            self.frames += moved as u64;
+            self.cycles.busy_cycles.store(self.busy, Ordering::Relaxed);
+            self.cycles.frames.store(self.frames, Ordering::Relaxed);
+        } else {
+            self.idle_total += d;
+            self.cycles
+                .idle_cycles
+                .store(self.idle_total, Ordering::Relaxed);
+        }
+        now
     }
 
     /// Sets the longest sleep (default [`MAX_SLEEP`]).
@@ -362,6 +433,7 @@ impl PollLoop {
         queues: &mut Q,
         poller: &mut Poller,
     ) -> std::io::Result<Step> {
+        self.mark = self.charge(moved);
         if moved > 0 {
             self.last_work = Instant::now();
             self.nap = NAP_MIN;
@@ -399,6 +471,8 @@ impl PollLoop {
         if self.mode == PollMode::Adaptive {
             queues.disable_notifications();
         }
+        // The sleep (or nap) is nobody's cycles.
+        self.mark = crate::sys::tsc();
         Ok(step)
     }
 }
@@ -450,6 +524,25 @@ mod tests {
             .map(|_| l.round(moved, waiting, &mut q, &mut p).unwrap())
             .collect();
         (steps, q)
+    }
+
+    #[test]
+    fn cycles_are_charged_to_busy_or_idle() {
+        let (mut p, _a, _b) = poller_and_two_eventfds();
+        let mut q = FakeQueues::default();
+        let mut l = PollLoop::new(PollMode::Busy, Duration::ZERO);
+        let c = Arc::clone(l.cycles());
+        l.round(0, false, &mut q, &mut p).unwrap();
+        assert_eq!(c.frames.load(Ordering::Relaxed), 0);
+        assert_eq!(c.busy_cycles_per_frame(), None);
+        for _ in 0..3 {
+            l.round(32, false, &mut q, &mut p).unwrap();
+        }
+        assert_eq!(c.frames.load(Ordering::Relaxed), 96);
+        assert!(c.busy_cycles.load(Ordering::Relaxed) > 0);
+        assert!(c.idle_cycles.load(Ordering::Relaxed) > 0);
+        let f = c.busy_fraction().unwrap();
+        assert!(f > 0.0 && f < 1.0, "{f}");
     }
 
     #[test]

@@ -265,16 +265,9 @@ pub struct Removed {
     pub port: Option<Arc<PortDp>>,
 }
 
-/// Busy and idle cycles of a PMD, and the frames it moved.
-#[derive(Debug, Default)]
-pub struct PmdCounters {
-    /// TSC cycles in rounds that moved frames.
-    pub busy_cycles: AtomicU64,
-    /// TSC cycles in rounds that found nothing.
-    pub idle_cycles: AtomicU64,
-    /// Frames moved (received from a source).
-    pub frames: AtomicU64,
-}
+/// Busy and idle cycles of a PMD, and the frames it moved (its poll
+/// loop's counters).
+pub type PmdCounters = vhost_net_backend::LoopCycles;
 
 /// The control plane's end of a PMD.
 #[derive(Debug)]
@@ -313,7 +306,6 @@ pub struct Pmd {
     poller: Poller,
     poll: PollLoop,
     fwd: Forwarder,
-    counters: Arc<PmdCounters>,
     epoch: Instant,
     last_housekeeping: Instant,
     last_age: Instant,
@@ -338,7 +330,8 @@ pub fn new_pmd(
         use std::os::fd::AsRawFd;
         poller.add_fd(wake.as_raw_fd(), Token(TOKEN_COMMAND))?;
     }
-    let counters = Arc::new(PmdCounters::default());
+    let poll = PollLoop::new(mode, IDLE);
+    let counters = Arc::clone(poll.cycles());
     let now = Instant::now();
     Ok((
         Pmd {
@@ -350,9 +343,8 @@ pub fn new_pmd(
             commands: rx,
             wake: Arc::clone(&wake),
             poller,
-            poll: PollLoop::new(mode, IDLE),
+            poll,
             fwd: Forwarder::new(),
-            counters: Arc::clone(&counters),
             epoch,
             last_housekeeping: now,
             last_age: now,
@@ -406,18 +398,7 @@ impl Pmd {
     pub fn run(mut self, stop: &AtomicBool) -> std::io::Result<()> {
         while !stop.load(Ordering::Relaxed) {
             self.apply_commands();
-            let t0 = vhost_net_backend::sys::tsc();
             let moved = self.round();
-            let t1 = vhost_net_backend::sys::tsc();
-            let c = if moved > 0 {
-                self.counters
-                    .frames
-                    .fetch_add(moved as u64, Ordering::Relaxed);
-                &self.counters.busy_cycles
-            } else {
-                &self.counters.idle_cycles
-            };
-            c.fetch_add(t1.wrapping_sub(t0), Ordering::Relaxed);
             self.housekeeping();
             let Self {
                 units,
