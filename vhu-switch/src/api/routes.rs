@@ -204,7 +204,38 @@ fn body<T: DeserializeOwned>(req: &Request) -> Result<T, Response> {
     if req.body.is_empty() {
         return Err(error(400, "this request needs a JSON body"));
     }
-    serde_json::from_slice(&req.body).map_err(|e| error(400, format!("malformed request: {e}")))
+    let malformed = |e: serde_json::Error| error(400, format!("malformed request: {e}"));
+    // No field takes `null`: an absent field is left out, not null (serde
+    // would take a null as absent).
+    let v: serde_json::Value = serde_json::from_slice(&req.body).map_err(malformed)?;
+    if let Some(at) = null_at(&v, "") {
+        return Err(error(
+            400,
+            format!("malformed request: {at} is null; leave the field out instead"),
+        ));
+    }
+    serde_json::from_slice(&req.body).map_err(malformed)
+}
+
+/// Where the first `null` in `v` is (`vlan.native`, `mac[1]`), if any.
+fn null_at(v: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    match v {
+        Value::Null => Some(if at.is_empty() { "the body" } else { at }.to_owned()),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| null_at(x, &format!("{at}[{i}]"))),
+        Value::Object(m) => m.iter().find_map(|(k, x)| {
+            let at = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
+            null_at(x, &at)
+        }),
+        _ => None,
+    }
 }
 
 fn allow_query(req: &Request, allowed: &[&str]) -> Result<(), Response> {
@@ -370,6 +401,12 @@ fn dispatch(ctl: &dyn Control, openapi: &str, req: &Request) -> Result<Reply, Re
         )),
         ("PUT", "/log-level") => {
             let l: LogLevel = body(req)?;
+            if l.level.trim().is_empty() {
+                return Err(error(
+                    422,
+                    "level: must not be empty; give a filter such as \"info\" or \"warn,vhu_switch=debug\"",
+                ));
+            }
             full(match ctl.set_log_level(&l.level) {
                 Ok(()) => json(200, &l),
                 Err(r) => refused(r),
@@ -607,6 +644,45 @@ mod tests {
                 "bad filter",
             ),
             ("PUT", "/log-level", r#""debug""#, 400, "malformed"),
+            (
+                "PUT",
+                "/log-level",
+                r#"{"level":""}"#,
+                422,
+                "must not be empty",
+            ),
+            (
+                "PUT",
+                "/log-level",
+                r#"{"level":null}"#,
+                400,
+                "level is null",
+            ),
+            ("PUT", "/log-level", "null", 400, "the body is null"),
+            (
+                "POST",
+                "/ports",
+                r#"{"name":"a","kind":"vhost-user","socket":null}"#,
+                400,
+                "socket is null",
+            ),
+            (
+                "POST",
+                "/ports",
+                r#"{"name":"a","kind":"vhost-user","vlan":{"trunk":[1,null]}}"#,
+                400,
+                "vlan.trunk[1] is null",
+            ),
+            (
+                "GET",
+                "/ports/keep%2Fstats",
+                "",
+                404,
+                "no port \"keep/stats\"",
+            ),
+            ("GET", "/ports/", "", 404, "no port \"\""),
+            ("GET", "/ports//stats", "", 404, "no port \"\""),
+            ("GET", "/", "", 404, "no route"),
         ];
         for (m, t, b, status, want) in cases {
             let (s, body) = call(&f, m, t, b);
