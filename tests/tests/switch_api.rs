@@ -62,6 +62,7 @@ use vhu_tests::testpmd::RunDir;
 const SCHEMATHESIS_VERSION: &str = "4.32.5";
 
 /// Examples per operation and phase: about a minute on this machine.
+/// `VHU_ST_MAX_EXAMPLES` asks for more (a deeper local run).
 const MAX_EXAMPLES: u32 = 20;
 
 /// The ports the switch starts with: one of each kind. `{run}` is the test's
@@ -408,7 +409,10 @@ fn schemathesis(run: &RunDir, port: u16) -> (bool, String) {
     let config = run.join("schemathesis.toml");
     let text = ST_CONFIG
         .replace("{hooks}", hooks.to_str().unwrap())
-        .replace("{max_examples}", &MAX_EXAMPLES.to_string());
+        .replace(
+            "{max_examples}",
+            &std::env::var("VHU_ST_MAX_EXAMPLES").unwrap_or_else(|_| MAX_EXAMPLES.to_string()),
+        );
     std::fs::File::create(&config)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .unwrap();
