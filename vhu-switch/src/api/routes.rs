@@ -5,10 +5,10 @@
 //!
 //! | status | when |
 //! |---|---|
-//! | 400 | malformed JSON, wrong types, unknown fields or query parameters |
+//! | 400 | malformed JSON, wrong types, `null` for a field, unknown fields or query parameters |
 //! | 404 | unknown route or port |
 //! | 405 | known route, other method (with `Allow`) |
-//! | 409 | duplicate port name or socket, interface in use |
+//! | 409 | duplicate port name or socket, interface in use, a port of the configuration file deleted, a second capture on a port |
 //! | 413 | body too large |
 //! | 415 | a body labelled other than `application/json` (or `curl -d`'s default, `application/x-www-form-urlencoded`) |
 //! | 422 | invalid values (bad MAC, VLAN out of 1-4094, MTU out of range, no such interface, ...) |
