@@ -5,7 +5,11 @@
 #
 #   * Debian packages: dpdk-dev (dpdk-testpmd), busybox-static, cpio, iproute2,
 #     kmod, procps (kill), tcpdump (reads the switch's captures), prometheus (promtool checks
-#     the switch's metrics);
+#     the switch's metrics), socat (bridges the control socket to loopback TCP),
+#     python3-venv;
+#   * schemathesis (PyPI, pinned) in a virtualenv under the peers directory
+#     (${VHU_PEERS_DIR:-/var/cache/vhu-peers}/venv/bin/st): fuzzes the switch's
+#     control API from its OpenAPI document;
 #   * QEMU >= 10 (qemu-system-x86) from bookworm-backports: bookworm's QEMU 7.2
 #     segfaults when a TCG guest starts a vhost-user net device;
 #   * the Debian cloud guest kernel, unpacked into the peers directory
@@ -24,7 +28,7 @@ export VHU_PEERS_DIR=$peers_dir
 export DEBIAN_FRONTEND=noninteractive
 
 # Packages from bookworm itself.
-base_packages=(dpdk-dev busybox-static cpio iproute2 kmod procps tcpdump prometheus)
+base_packages=(dpdk-dev busybox-static cpio iproute2 kmod procps tcpdump prometheus socat python3-venv)
 # Suite that carries QEMU 10, and the first QEMU major that works with TCG
 # guests and vhost-user.
 backports=bookworm-backports
@@ -203,6 +207,24 @@ else
 	log "guest kernel: $peers_dir/vmlinuz -> kernel/boot/$(basename "$vmlinuz")"
 fi
 
+# ---- 3b. schemathesis (PyPI) in a virtualenv ------------------------------
+# Debian's python3 (not whatever python3 is first on PATH) builds the venv;
+# the version is pinned, and a venv that already has it is left alone.
+schemathesis_version=4.32.5
+venv_dir=$peers_dir/venv
+st_version() {
+	"$venv_dir/bin/python" -c 'import importlib.metadata as m; print(m.version("schemathesis"))' 2>/dev/null || true
+}
+if [[ -x $venv_dir/bin/st && $(st_version) == "$schemathesis_version" ]]; then
+	log "schemathesis $schemathesis_version already installed: $venv_dir/bin/st"
+else
+	log "installing schemathesis $schemathesis_version into $venv_dir"
+	[[ -x $venv_dir/bin/python ]] || /usr/bin/python3 -m venv "$venv_dir" || die "python3 -m venv $venv_dir failed"
+	"$venv_dir/bin/python" -m pip install -q "schemathesis==$schemathesis_version" ||
+		die "pip install schemathesis==$schemathesis_version failed"
+	[[ $(st_version) == "$schemathesis_version" ]] || die "schemathesis is '$(st_version)' after install, want $schemathesis_version"
+fi
+
 # ---- 4. Guest initramfs ---------------------------------------------------
 "$here/mk-initramfs.sh" || die "scripts/mk-initramfs.sh failed"
 
@@ -214,4 +236,5 @@ log "  qemu:      $(command -v qemu-system-x86_64) ($(qemu-system-x86_64 --versi
 log "  testpmd:   $(command -v dpdk-testpmd)"
 log "  kernel:    $peers_dir/vmlinuz ($(<"$kernel_dir/.package"))"
 log "  initramfs: $peers_dir/initramfs.gz"
+log "  st:        $venv_dir/bin/st (schemathesis $(st_version))"
 log "  hugepages: $(</proc/sys/vm/nr_hugepages) x 2 MiB"

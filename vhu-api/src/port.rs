@@ -517,7 +517,9 @@ pub fn check_name(n: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks an interface name as the kernel would (`dev_valid_name`).
+/// Checks an interface name: what the kernel takes (`dev_valid_name`),
+/// narrowed to printable ASCII and without `%` (the kernel would take
+/// `tap%d` as a template and pick another name).
 pub fn check_ifname(n: &str) -> Result<(), String> {
     if n.is_empty() || n.len() > MAX_IFNAME_LEN {
         return Err(format!(
@@ -525,9 +527,15 @@ pub fn check_ifname(n: &str) -> Result<(), String> {
             n.len()
         ));
     }
-    if n == "." || n == ".." || n.contains(['/', ':', '\0']) || n.chars().any(char::is_whitespace) {
+    if n == "."
+        || n == ".."
+        || !n
+            .bytes()
+            .all(|c| c.is_ascii_graphic() && !b"/:%".contains(&c))
+    {
         return Err(format!(
-            "{n:?} is not a valid interface name (no '/', ':', whitespace, \".\" or \"..\")"
+            "{n:?} is not a valid interface name (printable ASCII without '/', ':', '%' or \
+             whitespace; not \".\" or \"..\")"
         ));
     }
     Ok(())
@@ -780,6 +788,14 @@ mod tests {
             ),
             (
                 r#"{"name":"a","kind":"af_xdp","interface":"a/b"}"#,
+                "not a valid interface",
+            ),
+            (
+                r#"{"name":"a","kind":"tap","interface":"tap%d"}"#,
+                "not a valid interface",
+            ),
+            (
+                r#"{"name":"a","kind":"tap","interface":"t\u00e4p"}"#,
                 "not a valid interface",
             ),
             (

@@ -27,6 +27,9 @@ pub struct Request {
     pub method: String,
     /// The path, percent-decoded, without the query.
     pub path: String,
+    /// The path's segments, each percent-decoded on its own (so that an
+    /// encoded `/` in a port name stays in that name).
+    pub segments: Vec<String>,
     /// The query's `key=value` pairs, percent-decoded, in order.
     pub query: Vec<(String, String)>,
     /// Header names (lower case) and values.
@@ -46,9 +49,10 @@ impl Request {
         first_value(&self.query, key)
     }
 
-    /// The path's segments (`/ports/vm1/stats` -> `["ports", "vm1", "stats"]`).
+    /// The path's segments (`/ports/vm1/stats` -> `["ports", "vm1", "stats"]`;
+    /// `/ports/` -> `["ports", ""]`: an empty segment is kept, not skipped).
     pub fn segments(&self) -> Vec<&str> {
-        self.path.split('/').filter(|s| !s.is_empty()).collect()
+        self.segments.iter().map(String::as_str).collect()
     }
 }
 
@@ -204,8 +208,12 @@ fn parse_head(head: &[u8]) -> Result<Request, HttpError> {
         Some((p, q)) => (p, Some(q)),
         None => (target, None),
     };
-    let path = percent_decode(raw_path)
-        .ok_or_else(|| HttpError::new(400, format!("bad percent-encoding in {raw_path:?}")))?;
+    let bad_path = || HttpError::new(400, format!("bad percent-encoding in {raw_path:?}"));
+    let path = percent_decode(raw_path).ok_or_else(bad_path)?;
+    let segments = raw_path[1..]
+        .split('/')
+        .map(|s| percent_decode(s).ok_or_else(bad_path))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut query = Vec::new();
     for pair in raw_query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -237,6 +245,7 @@ fn parse_head(head: &[u8]) -> Result<Request, HttpError> {
     Ok(Request {
         method: method.to_owned(),
         path,
+        segments,
         query,
         headers,
         body: Vec::new(),
@@ -305,13 +314,15 @@ impl Response {
     /// # Errors
     /// The peer went away.
     pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        let mut head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
-            self.status,
-            reason(self.status),
-            self.content_type,
+        let mut head = format!("HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        // A 204 has no content, hence no type.
+        if self.status != 204 {
+            head.push_str(&format!("Content-Type: {}\r\n", self.content_type));
+        }
+        head.push_str(&format!(
+            "Content-Length: {}\r\nConnection: close\r\n",
             self.body.len()
-        );
+        ));
         for (n, v) in &self.headers {
             head.push_str(n);
             head.push_str(": ");
@@ -373,6 +384,13 @@ mod tests {
         assert_eq!(r.query("x"), Some(""));
         assert_eq!(r.header("content-type"), Some("application/json"));
         assert_eq!(r.body, b"{}{}");
+        let r = read(b"GET /ports/a%2Fb/stats HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(r.path, "/ports/a/b/stats");
+        assert_eq!(r.segments(), ["ports", "a/b", "stats"]);
+        let r = read(b"GET /ports/ HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(r.segments(), ["ports", ""]);
+        let r = read(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(r.segments(), [""]);
     }
 
     #[test]
@@ -450,5 +468,12 @@ mod tests {
         assert!(s.starts_with("HTTP/1.1 404 Not Found\r\n"), "{s}");
         assert!(s.contains("Content-Length: 14\r\n") && s.contains("Allow: GET\r\n"));
         assert!(s.ends_with("\r\n\r\n{\"error\":\"no\"}"));
+        let mut out = Vec::new();
+        Response::json(204, Vec::new()).write_to(&mut out).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert_eq!(
+            s,
+            "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
     }
 }

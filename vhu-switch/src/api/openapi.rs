@@ -48,6 +48,30 @@ mod tests {
             ROUTES.len(),
             "documented paths without a route"
         );
+        // What every request body and every port name can get, documented.
+        for (path, item) in paths {
+            for (method, op) in item.as_object().unwrap() {
+                if method == "parameters" {
+                    continue;
+                }
+                let codes: Vec<&str> = op["responses"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .map(String::as_str)
+                    .collect();
+                let mut want = Vec::new();
+                if !op["requestBody"].is_null() {
+                    want.extend(["400", "413", "415", "422"]);
+                }
+                if path.contains("{name}") {
+                    want.push("404");
+                }
+                for w in want {
+                    assert!(codes.contains(&w), "{method} {path} does not document {w}");
+                }
+            }
+        }
         // Every $ref points at something.
         let text = json();
         for r in text.split("\"$ref\":\"#/").skip(1) {

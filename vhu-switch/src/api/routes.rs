@@ -5,10 +5,10 @@
 //!
 //! | status | when |
 //! |---|---|
-//! | 400 | malformed JSON, wrong types, unknown fields or query parameters |
+//! | 400 | malformed JSON, wrong types, `null` for a field, unknown fields or query parameters |
 //! | 404 | unknown route or port |
 //! | 405 | known route, other method (with `Allow`) |
-//! | 409 | duplicate port name or socket, interface in use |
+//! | 409 | duplicate port name or socket, interface in use, a port of the configuration file deleted, a second capture on a port |
 //! | 413 | body too large |
 //! | 415 | a body labelled other than `application/json` (or `curl -d`'s default, `application/x-www-form-urlencoded`) |
 //! | 422 | invalid values (bad MAC, VLAN out of 1-4094, MTU out of range, no such interface, ...) |
@@ -204,7 +204,38 @@ fn body<T: DeserializeOwned>(req: &Request) -> Result<T, Response> {
     if req.body.is_empty() {
         return Err(error(400, "this request needs a JSON body"));
     }
-    serde_json::from_slice(&req.body).map_err(|e| error(400, format!("malformed request: {e}")))
+    let malformed = |e: serde_json::Error| error(400, format!("malformed request: {e}"));
+    // No field takes `null`: an absent field is left out, not null (serde
+    // would take a null as absent).
+    let v: serde_json::Value = serde_json::from_slice(&req.body).map_err(malformed)?;
+    if let Some(at) = null_at(&v, "") {
+        return Err(error(
+            400,
+            format!("malformed request: {at} is null; leave the field out instead"),
+        ));
+    }
+    serde_json::from_slice(&req.body).map_err(malformed)
+}
+
+/// Where the first `null` in `v` is (`vlan.native`, `mac[1]`), if any.
+fn null_at(v: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    match v {
+        Value::Null => Some(if at.is_empty() { "the body" } else { at }.to_owned()),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| null_at(x, &format!("{at}[{i}]"))),
+        Value::Object(m) => m.iter().find_map(|(k, x)| {
+            let at = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
+            null_at(x, &at)
+        }),
+        _ => None,
+    }
 }
 
 fn allow_query(req: &Request, allowed: &[&str]) -> Result<(), Response> {
@@ -370,6 +401,12 @@ fn dispatch(ctl: &dyn Control, openapi: &str, req: &Request) -> Result<Reply, Re
         )),
         ("PUT", "/log-level") => {
             let l: LogLevel = body(req)?;
+            if l.level.trim().is_empty() {
+                return Err(error(
+                    422,
+                    "level: must not be empty; give a filter such as \"info\" or \"warn,vhu_switch=debug\"",
+                ));
+            }
             full(match ctl.set_log_level(&l.level) {
                 Ok(()) => json(200, &l),
                 Err(r) => refused(r),
@@ -617,6 +654,37 @@ mod tests {
         let names: Vec<_> = f.ports().into_iter().map(|p| p.spec.name).collect();
         assert_eq!(names, ["keep"]);
         assert!(f.fdb().is_empty());
+    }
+
+    #[test]
+    fn nulls_empty_filters_and_odd_paths_are_refused() {
+        let f = Fake::default();
+        f.add_port(PortSpec::new("keep", PortKind::VhostUser))
+            .unwrap();
+        // METHOD TARGET STATUS part of the message | BODY
+        let table = r#"
+PUT /log-level 422 must not be empty | {"level":""}
+PUT /log-level 400 level is null | {"level":null}
+PUT /log-level 400 the body is null | null
+POST /ports 400 socket is null | {"name":"a","kind":"vhost-user","socket":null}
+POST /ports 400 vlan.trunk[1] is null | {"name":"a","kind":"vhost-user","vlan":{"trunk":[1,null]}}
+GET /ports/keep%2Fstats 404 no port "keep/stats"
+GET /ports/ 404 no port ""
+GET /ports//stats 404 no port ""
+GET / 404 no route
+"#;
+        for line in table.lines().filter(|l| !l.is_empty()) {
+            let mut it = line.splitn(4, ' ');
+            let (m, t, status) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+            let rest = it.next().unwrap();
+            let (want, b) = rest.split_once(" | ").unwrap_or((rest, ""));
+            let (s, body) = call(&f, m, t, b);
+            assert_eq!(s.to_string(), status, "{line}: {body}");
+            let e: ApiError = serde_json::from_str(&body).expect(&body);
+            assert!(e.error.contains(want), "{line}: {e:?}");
+        }
+        assert_eq!(f.ports().len(), 1);
+        assert_eq!(*f.level.lock().unwrap(), "");
     }
 
     #[test]
