@@ -375,9 +375,10 @@ fn every_route_succeeds(sw: &SwitchProc, ns: &Netns, run: &RunDir) {
     assert!(!sw.sockets.join("gone.sock").exists());
     sw.call("GET", "/ports/gone", "", 404);
 
-    // The jail holds: a socket outside the test directory is refused.
-    let outside = format!("/vhu-jail-probe-{}", std::process::id());
-    let body = format!(r#"{{"name":"probe","kind":"vhost-user","socket":"{outside}/x.sock"}}"#);
+    // The jail holds: a socket outside the test directory is refused (in
+    // an existing directory, so that it is the bind that fails).
+    let outside = format!("/vhu-jail-probe-{}.sock", std::process::id());
+    let body = format!(r#"{{"name":"probe","kind":"vhost-user","socket":"{outside}"}}"#);
     let (s, b) = sw
         .try_call("POST", "/ports", Some(body.as_bytes()))
         .unwrap();

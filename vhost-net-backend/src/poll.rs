@@ -346,7 +346,7 @@ impl LoopCycles {
 /// where the thread's cycles go ([`PollLoop::cycles`]): each round is
 /// charged, from the end of the previous one, to busy or idle.
 ///
-/// Hot path: a round that moved frames reads the clock and the TSC once,
+/// Hot path: a round that moved frames reads the TSC once (not the clock)
 /// and stores (no atomic read-modify-write) two counters.
 #[derive(Debug, Clone)]
 pub struct PollLoop {
@@ -354,6 +354,9 @@ pub struct PollLoop {
     idle: Duration,
     max_sleep: Duration,
     last_work: Instant,
+    /// Rounds moved frames since `last_work` was read: the clock is read at
+    /// the first idle round after work, not at every busy one.
+    worked: bool,
     nap: Duration,
     cycles: Arc<LoopCycles>,
     /// The TSC at the end of the previous round.
@@ -372,6 +375,7 @@ impl PollLoop {
             idle,
             max_sleep: MAX_SLEEP,
             last_work: Instant::now(),
+            worked: false,
             nap: NAP_MIN,
             cycles: Arc::new(LoopCycles::default()),
             mark: crate::sys::tsc(),
@@ -435,9 +439,14 @@ impl PollLoop {
     ) -> std::io::Result<Step> {
         self.mark = self.charge(moved);
         if moved > 0 {
-            self.last_work = Instant::now();
+            self.worked = true;
             self.nap = NAP_MIN;
             return Ok(Step::Worked);
+        }
+        if self.worked {
+            // The first idle round after work: the idle period starts now.
+            self.worked = false;
+            self.last_work = Instant::now();
         }
         match self.mode {
             PollMode::Busy => {

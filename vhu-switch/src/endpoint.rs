@@ -141,13 +141,24 @@ fn guest(spec: &PortSpec, socket_dir: &Path) -> Result<(End, Handle), Refusal> {
         .transpose()
         .map_err(|m| Refusal::invalid(format!("{who}: group: {m}")))?;
     if server {
+        // The switch's own socket directory is created; another directory
+        // must exist (an API client does not create directories anywhere
+        // the switch may write).
         if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).map_err(|e| {
-                Refusal::invalid(format!(
-                    "{who}: cannot create the socket directory {}: {e}",
-                    dir.display()
-                ))
-            })?;
+            if dir.starts_with(socket_dir) {
+                fs::create_dir_all(dir).map_err(|e| {
+                    Refusal::invalid(format!(
+                        "{who}: cannot create the socket directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+            } else if !dir.is_dir() {
+                return Err(Refusal::invalid(format!(
+                    "{who}: socket: the directory {} does not exist; create it first (only the switch's socket directory {} is created)",
+                    dir.display(),
+                    socket_dir.display()
+                )));
+            }
         }
     }
     let mut cfg = PortConfig::new(spec.name.clone(), path.clone());

@@ -76,6 +76,10 @@ const MAX_LEARNS: usize = BURST;
 /// rounds always look): a ring change nobody sends frames into is still
 /// acknowledged at once.
 const RX_SYNC_EVERY: u32 = 1024;
+/// Busy rounds between two readings of the clock (idle rounds always read
+/// it): the FDB's timestamps and the housekeeping timers, not the frames,
+/// need it.
+const CLOCK_EVERY: u32 = 64;
 
 /// Counters one port shares with the control plane, beyond the library's
 /// own (guest queue counters are read from the `Port`).
@@ -276,6 +280,9 @@ pub struct PmdHandle {
     pub commands: SyncSender<Command>,
     /// Wakes the PMD to read them.
     pub wake: Arc<EventFd>,
+    /// Tells a polling PMD that commands wait (one load per round, instead
+    /// of a look at the channel).
+    pub pending: Arc<AtomicBool>,
     /// Its counters.
     pub counters: Arc<PmdCounters>,
 }
@@ -284,6 +291,8 @@ impl PmdHandle {
     /// Sends a command and wakes the PMD.
     pub fn send(&self, c: Command) -> bool {
         let ok = self.commands.send(c).is_ok();
+        // After the send: the PMD clears the flag before it drains.
+        self.pending.store(true, Ordering::Release);
         // A failed write means the counter is saturated: it is awake.
         let _ = self.wake.write(1);
         ok
@@ -307,6 +316,10 @@ pub struct Pmd {
     poll: PollLoop,
     fwd: Forwarder,
     epoch: Instant,
+    /// Milliseconds since `epoch`, read every [`CLOCK_EVERY`] busy rounds.
+    now_ms: u64,
+    /// Set by the control plane after it sent a command.
+    pending: Arc<AtomicBool>,
     last_housekeeping: Instant,
     last_age: Instant,
     rounds: u32,
@@ -332,6 +345,7 @@ pub fn new_pmd(
     }
     let poll = PollLoop::new(mode, IDLE);
     let counters = Arc::clone(poll.cycles());
+    let pending = Arc::new(AtomicBool::new(false));
     let now = Instant::now();
     Ok((
         Pmd {
@@ -346,6 +360,8 @@ pub fn new_pmd(
             poll,
             fwd: Forwarder::new(),
             epoch,
+            now_ms: 0,
+            pending: Arc::clone(&pending),
             last_housekeeping: now,
             last_age: now,
             rounds: 0,
@@ -353,6 +369,7 @@ pub fn new_pmd(
         PmdHandle {
             commands: tx,
             wake,
+            pending,
             counters,
         },
     ))
@@ -397,9 +414,14 @@ impl Pmd {
     /// `epoll_wait` failed.
     pub fn run(mut self, stop: &AtomicBool) -> std::io::Result<()> {
         while !stop.load(Ordering::Relaxed) {
-            self.apply_commands();
+            if self.pending.load(Ordering::Acquire) {
+                self.pending.store(false, Ordering::Relaxed);
+                self.apply_commands();
+            }
             let moved = self.round();
-            self.housekeeping();
+            if moved == 0 || self.rounds % CLOCK_EVERY == 0 {
+                self.tick();
+            }
             let Self {
                 units,
                 poller,
@@ -424,6 +446,7 @@ impl Pmd {
     /// thread's loop.
     pub fn poll_once(&mut self) -> usize {
         self.apply_commands();
+        self.tick();
         self.round()
     }
 
@@ -499,11 +522,17 @@ impl Pmd {
         );
     }
 
-    fn housekeeping(&mut self) {
-        if self.last_housekeeping.elapsed() < HOUSEKEEPING {
-            return;
+    /// Reads the clock: the FDB's time, and the housekeeping when due.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        self.now_ms = u64::try_from(now.duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX);
+        if now.duration_since(self.last_housekeeping) >= HOUSEKEEPING {
+            self.last_housekeeping = now;
+            self.housekeeping();
         }
-        self.last_housekeeping = Instant::now();
+    }
+
+    fn housekeeping(&mut self) {
         for u in &mut self.units {
             match &mut u.tx {
                 None => {
@@ -523,19 +552,15 @@ impl Pmd {
         }
         if self.index == 0 && self.last_age.elapsed() >= AGE_EVERY {
             self.last_age = Instant::now();
-            let now = self.now();
+            let now = self.now_ms;
             self.fdb.write().unwrap_or_else(|p| p.into_inner()).age(now);
         }
-    }
-
-    fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// One burst from every unit; returns the frames received.
     fn round(&mut self) -> usize {
         let mut moved = 0;
-        let now = self.now();
+        let now = self.now_ms;
         for i in 0..self.units.len() {
             moved += self.burst_from(i, now);
         }
