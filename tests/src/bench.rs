@@ -2,7 +2,8 @@
 //! What the side-by-side benchmark programs (`src/bin/`) share: their exit
 //! on a usage error and how they summarise repeated runs.
 
-use std::process::ExitCode;
+use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::time::Duration;
 
 /// The parsed arguments, or exit status 64 (usage) after printing the
 /// error as `program: error`.
@@ -35,6 +36,44 @@ pub fn runs(v: &[f64], decimals: usize) -> String {
         .map(|x| format!("{x:.decimals$}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Spawns `cmd` as a child that gets SIGKILL when this thread exits, as
+/// the peers of [`crate::testpmd`] do: a benchmark that dies leaves no
+/// busy poller behind.
+///
+/// # Errors
+///
+/// Those of [`Command::spawn`].
+pub fn spawn_tied(cmd: &mut Command) -> std::io::Result<Child> {
+    crate::testpmd::kill_with_parent(cmd);
+    cmd.spawn()
+}
+
+/// Waits up to `timeout` for `child` to exit.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    crate::testpmd::wait_timeout(child, timeout)
+}
+
+/// SIGTERM, up to `grace` for the exit, then SIGKILL; the exit status.
+pub fn terminate(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
+    crate::testpmd::terminate(child, grace)
+}
+
+/// Waits until the machine is at most `max_busy` busy (a fraction of all
+/// CPUs, sampled over 1 s by [`crate::testpmd::machine_busy`]) or `wait` has
+/// passed; returns the last sample. Other work on two cores takes cycles
+/// straight out of the busy pollers, so a benchmark run starts on a quiet
+/// machine when it can, and reports how busy it was when it cannot.
+pub fn wait_for_quiet(max_busy: f64, wait: Duration) -> f64 {
+    let give_up = std::time::Instant::now() + wait;
+    loop {
+        let busy = crate::testpmd::machine_busy(Duration::from_secs(1)).0;
+        let late = std::time::Instant::now() >= give_up;
+        if late || busy <= max_busy {
+            return busy;
+        }
+    }
 }
 
 #[cfg(test)]
