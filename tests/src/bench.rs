@@ -18,6 +18,33 @@ pub fn args_or_usage<T>(program: &str, parsed: Result<T, String>) -> Result<T, E
     })
 }
 
+/// A comma-separated list, each item parsed by `item`; errors name `flag`.
+///
+/// # Errors
+///
+/// The first item `item` refuses, as `flag: error`.
+pub fn list<T>(
+    flag: &str,
+    v: &str,
+    item: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    v.split(',')
+        .map(|s| item(s).map_err(|e| format!("{flag}: {e}")))
+        .collect()
+}
+
+/// `v` parsed as a number (or anything [`std::str::FromStr`]).
+///
+/// # Errors
+///
+/// The parse error, as text.
+pub fn number<T: std::str::FromStr>(v: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    v.parse().map_err(|e: T::Err| format!("{v:?}: {e}"))
+}
+
 /// The median of `v` (the mean of the middle two for an even count).
 pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
@@ -85,5 +112,9 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(runs(&[1.0, 2.25], 2), "1.00 2.25");
+        assert_eq!(list("--n", "1,2", number::<u8>), Ok(vec![1, 2]));
+        assert!(list("--n", "1,x", number::<u8>)
+            .unwrap_err()
+            .starts_with("--n: \"x\""));
     }
 }

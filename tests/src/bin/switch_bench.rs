@@ -31,8 +31,12 @@
 //! ```text
 //! switch-bench [--reps N] [--sizes 64,1514] [--switches vhu,xconnect,ovs]
 //!              [--warmup SECS] [--window SECS] [--idle SECS] [--no-idle]
-//!              [--max-busy PCT] [--quiet-wait SECS]
+//!              [--max-busy PCT] [--quiet-wait SECS] [--perf DIR]
 //! ```
+//!
+//! `--perf DIR` records a profile of the switch's processes over each
+//! window (`perf record -e cpu-clock`: the machine's VM has no hardware
+//! counters) into `DIR/<switch>-<size>-<n>.data`, for `perf report -i`.
 //!
 //! Before each run the harness waits up to `--quiet-wait` (20 s) for the
 //! machine to be at most `--max-busy` (10 %) busy, and records how busy it
@@ -64,6 +68,9 @@ const SWITCH_CPU: u32 = Lcores::BACKEND.fwd;
 
 /// Bursts of 32 frames per port injected by `start tx_first`.
 const TX_FIRST_BURSTS: u32 = 32;
+
+/// Time between both sides' ports being up and the injection.
+const SETTLE: Duration = Duration::from_millis(500);
 
 /// Foreign CPU (fraction of both cores) or steal above which a run is
 /// marked noisy; before the run, the machine's own load.
@@ -103,12 +110,13 @@ struct Args {
     /// most `max_busy` busy.
     max_busy: f64,
     quiet_wait: Duration,
+    /// Record a `perf record -e cpu-clock` profile of the switch's
+    /// processes over each window into this directory.
+    perf: Option<PathBuf>,
 }
 
 fn secs(v: Result<String, String>) -> Result<Duration, String> {
-    v?.parse()
-        .map(Duration::from_secs)
-        .map_err(|e| format!("{e}"))
+    bench::number(&v?).map(Duration::from_secs)
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -121,40 +129,32 @@ fn parse_args() -> Result<Args, String> {
         idle: Some(Duration::from_secs(10)),
         max_busy: NOISY_PRE_BUSY,
         quiet_wait: Duration::from_secs(20),
+        perf: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut v = || it.next().ok_or(format!("{k} needs a value"));
         match k.as_str() {
-            "--reps" => a.reps = v()?.parse().map_err(|e| format!("--reps: {e}"))?,
-            "--sizes" => {
-                a.sizes = v()?
-                    .split(',')
-                    .map(|s| s.parse().map_err(|e| format!("--sizes: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
+            "--reps" => a.reps = bench::number(&v()?).map_err(|e| format!("--reps: {e}"))?,
+            "--sizes" => a.sizes = bench::list("--sizes", &v()?, bench::number)?,
             "--switches" => {
-                a.switches = v()?
-                    .split(',')
-                    .map(|s| match s {
-                        "vhu" => Ok(Kind::Vhu),
-                        "xconnect" => Ok(Kind::XConnect),
-                        "ovs" => Ok(Kind::Ovs),
-                        o => Err(format!("--switches: {o}")),
-                    })
-                    .collect::<Result<_, _>>()?
+                a.switches = bench::list("--switches", &v()?, |s| {
+                    [Kind::Vhu, Kind::XConnect, Kind::Ovs]
+                        .into_iter()
+                        .find(|k| k.name() == s)
+                        .ok_or(format!("{s} is none of vhu, xconnect, ovs"))
+                })?
             }
             "--warmup" => a.warmup = secs(v())?,
             "--window" => a.window = secs(v())?,
             "--idle" => a.idle = Some(secs(v())?),
             "--no-idle" => a.idle = None,
             "--max-busy" => {
-                a.max_busy = v()?
-                    .parse::<f64>()
-                    .map_err(|e| format!("--max-busy: {e}"))?
-                    / 100.0
+                a.max_busy =
+                    bench::number::<f64>(&v()?).map_err(|e| format!("--max-busy: {e}"))? / 100.0
             }
             "--quiet-wait" => a.quiet_wait = secs(v())?,
+            "--perf" => a.perf = Some(PathBuf::from(v()?)),
             o => return Err(format!("unknown argument {o}")),
         }
     }
@@ -557,6 +557,36 @@ impl Running {
         }
     }
 
+    /// Waits until the switch itself has both ports up (a frame sent to a
+    /// port that is not up yet is lost, and with it that direction's share
+    /// of the injected frames for the whole run).
+    fn wait_ports_up(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let up = match self {
+                Self::Vhu(sw, _) => {
+                    let ports: Vec<PortView> = sw.get("/ports");
+                    ports.iter().filter(|p| p.state.connected).count() == 2
+                }
+                Self::XConnect(be, _) => {
+                    be.wait_link_up(timeout);
+                    true
+                }
+                Self::Ovs(o) => ["vhu0", "vhu1"].iter().all(|p| {
+                    o.vsctl(&["get", "Interface", p, "link_state"])
+                        .is_ok_and(|s| s.trim() == "up")
+                }),
+            };
+            if up {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("the switch's ports not up within {timeout:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Our counters' raw values (busy, idle, frames), summed over PMDs.
     fn vhu_counters(sw: &SwitchProc) -> Result<[u64; 3], String> {
         let m = String::from_utf8_lossy(&sw.call("GET", "/metrics", "", 200)).into_owned();
@@ -725,18 +755,48 @@ impl Sample {
     }
 }
 
+/// Starts `perf record` on `pids` for `window`, when asked to.
+fn start_perf(a: &Args, kind: Kind, size: u16, pids: &[u32]) -> Result<Option<Child>, String> {
+    let Some(dir) = &a.perf else { return Ok(None) };
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let n = (0..)
+        .map(|i| dir.join(format!("{}-{size}-{i}.data", kind.name())))
+        .find(|p| !p.exists())
+        .expect("a free file name");
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let mut c = Command::new("perf");
+    c.args(["record", "-q", "-e", "cpu-clock", "-F", "2999", "-o"])
+        .arg(&n)
+        .args(["-p", &pids.join(","), "--", "sleep"])
+        .arg(a.window.as_secs().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    bench::spawn_tied(&mut c)
+        .map(Some)
+        .map_err(|e| format!("cannot start perf: {e}"))
+}
+
 fn run(kind: Kind, size: u16, a: &Args) -> Result<Sample, String> {
     let pre_busy = bench::wait_for_quiet(a.max_busy, a.quiet_wait);
     let dir = RunDir::new("swbench");
     let mut sw = Running::start(kind, &dir)?;
     let mut fe = frontend(&sw.sockets(), size);
     cross_address(&mut fe)?;
+    sw.wait_ports_up(Duration::from_secs(30))?;
+    std::thread::sleep(SETTLE);
     fe.start_tx_first(TX_FIRST_BURSTS);
     std::thread::sleep(a.warmup);
     let before = fe.port_stats();
+    let perf = start_perf(a, kind, size, &sw.pids())?;
     let c0 = sw.cycles_begin()?;
     let t = fe.measure_with_peers(Duration::ZERO, a.window, &sw.pids());
     let cycles = sw.cycles_end(c0)?;
+    if let Some(mut p) = perf {
+        match bench::wait_exit(&mut p, Duration::from_secs(30)) {
+            Some(st) if st.success() => {}
+            st => return Err(format!("perf record ended with {st:?}")),
+        }
+    }
     let after = fe.port_stats();
     fe.stop();
     let (status, log) = fe.quit();
