@@ -15,7 +15,10 @@
 #   * the Debian cloud guest kernel, unpacked into the peers directory
 #     (${VHU_PEERS_DIR:-/var/cache/vhu-peers});
 #   * the guest initramfs (scripts/mk-initramfs.sh);
-#   * 2 MiB hugepages (scripts/hugepages.sh).
+#   * 2 MiB hugepages (scripts/hugepages.sh);
+#   * Open vSwitch with DPDK (openvswitch-switch-dpdk), the switch benchmark's
+#     reference (benches/vs-switches.sh); installed without starting its
+#     daemons, which the benchmark runs on private databases.
 #
 # Only the package registries are needed. Every step is skipped when already
 # done, so a second run takes a few seconds and touches no network. Exits
@@ -231,6 +234,37 @@ fi
 # ---- 5. Hugepages ---------------------------------------------------------
 "$here/hugepages.sh" || die "scripts/hugepages.sh failed"
 
+# ---- 6. Open vSwitch with DPDK ---------------------------------------------
+# Debian's openvswitch-switch starts ovsdb-server and ovs-vswitchd from its
+# postinst (invoke-rc.d), which must not happen here: the benchmark runs its
+# own ovs-vswitchd-dpdk on a private database, and the machine may have no
+# init system at all. A policy-rc.d answering 101 ("action forbidden") keeps
+# invoke-rc.d from starting anything; an existing one is left alone.
+ovs_packages=(openvswitch-switch-dpdk)
+ovs_vswitchd_dpdk=/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk
+if installed "${ovs_packages[@]}" && [[ -x $ovs_vswitchd_dpdk ]]; then
+	log "Open vSwitch with DPDK already installed: $ovs_vswitchd_dpdk"
+else
+	apt_update_once
+	policy=/usr/sbin/policy-rc.d
+	own_policy=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\n# vhu install-peers.sh: no daemon starts while it installs.\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+		own_policy=1
+		trap 'rm -f "$policy"' EXIT
+	fi
+	log "apt-get install ${ovs_packages[*]} (daemons not started)"
+	rc=0
+	apt-get "${apt_opts[@]}" install -y -q "${ovs_packages[@]}" || rc=$?
+	if ((own_policy)); then
+		rm -f "$policy"
+		trap - EXIT
+	fi
+	((rc == 0)) || die "apt-get install ${ovs_packages[*]} failed"
+	[[ -x $ovs_vswitchd_dpdk ]] || die "$ovs_vswitchd_dpdk missing after installing ${ovs_packages[*]}"
+fi
+
 log "all peers ready in $((SECONDS - start)) s:"
 log "  qemu:      $(command -v qemu-system-x86_64) ($(qemu-system-x86_64 --version | head -n1))"
 log "  testpmd:   $(command -v dpdk-testpmd)"
@@ -238,3 +272,4 @@ log "  kernel:    $peers_dir/vmlinuz ($(<"$kernel_dir/.package"))"
 log "  initramfs: $peers_dir/initramfs.gz"
 log "  st:        $venv_dir/bin/st (schemathesis $(st_version))"
 log "  hugepages: $(</proc/sys/vm/nr_hugepages) x 2 MiB"
+log "  ovs-dpdk:  $ovs_vswitchd_dpdk ($("$ovs_vswitchd_dpdk" --version | head -n1))"
