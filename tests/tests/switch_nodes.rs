@@ -59,7 +59,7 @@ const BURSTS: u32 = 8;
 /// a port's frames than its peer has RX buffers. Links are up when this
 /// returns; forwarding is not started.
 fn frontends(ports: &[(PathBuf, &str)], mode: &str, extra: &[&str]) -> Testpmd {
-    // The added ports come first on the command line, the first one's last.
+    // testpmd numbers the added ports first: `ports`' last is the main one.
     let ((sock, mac), rest) = ports.split_last().expect("one port at least");
     let mut o = FrontendOpts::new(sock);
     o.mac = Some((*mac).into());
@@ -334,24 +334,34 @@ fn two_nodes_carry_vlans_over_a_trunk() {
     let nodes = [&node_a, &node_b];
     let mut wire = BTreeMap::new();
     // A10 -> B10; B20 -> A20; B10 -> A10 and A20 -> B20 at once. The others
-    // send to themselves. What B10's frontend is given in the first round
-    // is captured: A10's frames, untagged.
-    let cap = node_b.sw.capture("v10", 8);
+    // send to themselves. What crosses node B's v10 in the first round is
+    // captured: B10's own frames in, A10's out to B10's frontend, untagged.
+    let mut cap = Some(node_b.sw.capture("v10", 2 * 32 * BURSTS));
     std::thread::sleep(Duration::from_millis(300));
-    for to in [[2, 1, 2, 3], [0, 1, 2, 1], [0, 3, 0, 3]] {
-        for (k, v) in round(&mut tp, &nodes, &ns_a, to) {
+    for (r, to) in [[2, 1, 2, 3], [0, 1, 2, 1], [0, 3, 0, 3]]
+        .into_iter()
+        .enumerate()
+    {
+        let frames = round(&mut tp, &nodes, &ns_a, to);
+        if let Some(cap) = cap.take().filter(|_| r == 0) {
+            let text = cap.text();
+            let count = |src: &str| {
+                let want = format!("{src} > {MAC_B10}, ethertype IPv4 (0x0800), length 64:");
+                text.lines().filter(|l| l.contains(&want)).count() as u64
+            };
+            let from_a = frames[&(MAC_A10, MAC_B10, 10)];
+            assert_eq!(
+                (count(MAC_A10), count(MAC_B10)),
+                (from_a, u64::from(2 * 32 * BURSTS) - from_a),
+                "vhuctl capture v10 on node B:\n{text}"
+            );
+        }
+        for (k, v) in frames {
             *wire.entry(k).or_insert(0) += v;
         }
     }
     tp.stop();
     assert_eq!(wire.len(), 4, "every direction of both VLANs ran: {wire:?}");
-    let text = cap.text();
-    let want = format!("{MAC_A10} > {MAC_B10}, ethertype IPv4 (0x0800), length 64:");
-    assert_eq!(
-        text.lines().filter(|l| l.contains(&want)).count(),
-        8,
-        "vhuctl capture v10 on node B:\n{text}"
-    );
 
     // The wire: each frame tagged with its VLAN, nothing else.
     dump.signal("INT");
@@ -471,7 +481,7 @@ fn runtime_changes_under_traffic_lose_nothing() {
         sa.tx_packets, sb.tx_packets
     );
     assert!(
-        sa.tx_packets > 100_000 && sb.tx_packets > 100_000,
+        sa.tx_packets > 10_000 && sb.tx_packets > 10_000,
         "little traffic: {sa:?} {sb:?}"
     );
     for (name, from, to, tp_from, tp_to) in [
