@@ -320,6 +320,34 @@ impl Netns {
         self.exec(&refs);
     }
 
+    /// Creates a veth pair straight between two namespaces, `ifname` here
+    /// and `peer_ifname` in `peer` (a cable between two nodes), and sets
+    /// both ends up. The names need only be unique in their namespaces;
+    /// the pair goes with either namespace.
+    ///
+    /// # Panics
+    ///
+    /// If a command fails.
+    pub fn veth_to(&self, ifname: &str, peer: &Netns, peer_ifname: &str) {
+        run(&[
+            "ip",
+            "link",
+            "add",
+            ifname,
+            "netns",
+            &self.name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            peer_ifname,
+            "netns",
+            &peer.name,
+        ]);
+        self.exec(&["ip", "link", "set", ifname, "up"]);
+        peer.exec(&["ip", "link", "set", peer_ifname, "up"]);
+    }
+
     /// Waits until interface `ifname` in the namespace reports `state UP`
     /// (or `UNKNOWN`, what a TAP without carrier logic reports).
     ///

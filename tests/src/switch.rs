@@ -13,6 +13,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use vhu_api::client::{self, ClientError};
+use vhu_api::PortStats;
 
 use crate::bins;
 use crate::testpmd::RunDir;
@@ -44,21 +45,45 @@ pub struct SwitchProc {
     pub state: PathBuf,
     log: PathBuf,
     extra: Vec<String>,
+    netns: Option<String>,
+}
+
+/// Where [`SwitchProc::start_with`] runs the switch, beyond
+/// [`SwitchProc::start`]'s defaults.
+#[derive(Debug, Clone, Default)]
+pub struct SwitchOpts {
+    /// A network namespace to run in (`ip netns exec NAME vhu-switch ...`):
+    /// a node of its own, whose uplinks are that namespace's interfaces.
+    /// The control and vhost-user sockets are files: frontends in other
+    /// namespaces reach them.
+    pub netns: Option<String>,
+    /// `--socket-dir` (default: `sockets` in the run directory).
+    pub socket_dir: Option<PathBuf>,
 }
 
 impl SwitchProc {
     /// Starts a switch in `run`'s directory with `config` (TOML; empty for
     /// the defaults) and extra flags, and waits until it is ready.
     pub fn start(run: &RunDir, config: &str, extra: &[&str]) -> Self {
+        Self::start_with(run, config, extra, &SwitchOpts::default())
+    }
+
+    /// [`SwitchProc::start`] with [`SwitchOpts`]: in a network namespace,
+    /// on another socket directory.
+    pub fn start_with(run: &RunDir, config: &str, extra: &[&str], opts: &SwitchOpts) -> Self {
         let dir = run.path().to_owned();
         let mut s = Self {
             child: None,
             control: dir.join("ctl.sock"),
-            sockets: dir.join("sockets"),
+            sockets: opts
+                .socket_dir
+                .clone()
+                .unwrap_or_else(|| dir.join("sockets")),
             state: dir.join("state"),
             log: dir.join("switch.log"),
             dir,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            netns: opts.netns.clone(),
         };
         std::fs::write(s.dir.join("vhu.toml"), config).expect("write the config");
         s.spawn();
@@ -71,7 +96,15 @@ impl SwitchProc {
             .append(true)
             .open(&self.log)
             .expect("open the switch log");
-        let child = Command::new(switch_bin())
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(switch_bin());
+                c
+            }
+            None => Command::new(switch_bin()),
+        };
+        let child = cmd
             .arg("--config")
             .arg(self.dir.join("vhu.toml"))
             .arg("--control-socket")
@@ -193,11 +226,104 @@ impl SwitchProc {
         }
     }
 
+    /// `GET /ports/{port}/stats`.
+    pub fn stats(&self, port: &str) -> PortStats {
+        self.get(&format!("/ports/{port}/stats"))
+    }
+
+    /// The stats of `ports` once none of them has moved for 300 ms (the
+    /// switch drained what its frontends queued).
+    ///
+    /// # Panics
+    ///
+    /// If they still move after 20 s.
+    pub fn settle(&self, ports: &[&str]) -> Vec<PortStats> {
+        let read = || ports.iter().map(|p| self.stats(p)).collect::<Vec<_>>();
+        let t0 = Instant::now();
+        let mut last = read();
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = read();
+            if now == last {
+                return now;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the counters of {ports:?} never settle"
+            );
+            last = now;
+        }
+    }
+
+    /// Starts `vhuctl capture PORT -c COUNT`, its pcapng read by
+    /// `tcpdump -e -n -r -`; [`Capture::text`] waits for tcpdump's lines.
+    ///
+    /// # Panics
+    ///
+    /// If `vhuctl` or `tcpdump` cannot be started.
+    pub fn capture(&self, port: &str, count: u32) -> Capture {
+        let vhuctl = switch_bin().with_file_name("vhuctl");
+        let mut ctl = Command::new(&vhuctl)
+            .arg("--socket")
+            .arg(&self.control)
+            .args(["capture", port, "-c", &count.to_string(), "-s", "30"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", vhuctl.display()));
+        let pcap = ctl.stdout.take().expect("piped");
+        let dump = Command::new("tcpdump")
+            .args(["-e", "-n", "-r", "-"])
+            .stdin(Stdio::from(pcap))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump (Debian tcpdump) is installed by scripts/install-peers.sh");
+        Capture {
+            ctl,
+            dump: Some(dump),
+        }
+    }
+
     /// SIGKILL, as a crash would.
     pub fn kill9(&mut self) {
         let mut c = self.child.take().expect("running");
         let _ = c.kill();
         let _ = c.wait();
+    }
+}
+
+/// A running `vhuctl capture | tcpdump -r -` ([`SwitchProc::capture`]).
+#[derive(Debug)]
+pub struct Capture {
+    ctl: Child,
+    dump: Option<Child>,
+}
+
+impl Capture {
+    /// Waits until the capture ends (its count reached) and returns what
+    /// tcpdump printed, stdout then stderr.
+    pub fn text(mut self) -> String {
+        let _ = self.ctl.wait();
+        let out = self
+            .dump
+            .take()
+            .expect("not waited yet")
+            .wait_with_output()
+            .expect("tcpdump output");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        for c in std::iter::once(&mut self.ctl).chain(self.dump.as_mut()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

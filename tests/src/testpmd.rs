@@ -432,6 +432,28 @@ impl FrontendOpts {
         v
     }
 
+    /// Adds one more virtio-user port (`net_virtio_user<N>`) on `socket`
+    /// with address `mac`, with the same vdev options as the first: one
+    /// testpmd process, one forwarding core, several frontends. testpmd
+    /// numbers its ports in command-line order, where the added ones come
+    /// first (in the order added) and [`FrontendOpts::socket`]'s last;
+    /// [`Testpmd::port_macs`] tells which is which.
+    pub fn add_port(&mut self, socket: impl Into<PathBuf>, mac: &str) {
+        let n = 1 + self
+            .port
+            .extra_eal_args
+            .iter()
+            .filter(|a| a.starts_with("net_virtio_user"))
+            .count();
+        let mut o = self.clone();
+        o.socket = socket.into();
+        o.mac = Some(mac.into());
+        let v = o
+            .vdev()
+            .replacen("net_virtio_user0", &format!("net_virtio_user{n}"), 1);
+        self.port.extra_eal_args.extend(["--vdev".into(), v]);
+    }
+
     /// The full argument list after the binary.
     pub fn args(&self) -> Vec<String> {
         let mut a = self.port.eal_args(true);
@@ -1357,6 +1379,25 @@ impl Testpmd {
             }
             std::thread::sleep(POLL_INTERVAL * 5);
         }
+    }
+
+    /// Every port's MAC address (lower case), by port id, from
+    /// `show port info all`.
+    ///
+    /// # Panics
+    ///
+    /// If the output has no port.
+    pub fn port_macs(&mut self) -> Vec<String> {
+        let info = self.command("show port info all");
+        let macs: Vec<String> = info
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("MAC address:"))
+            .map(|m| m.trim().to_ascii_lowercase())
+            .collect();
+        if macs.is_empty() {
+            self.fail(&format!("no MAC address in `show port info all`:\n{info}"));
+        }
+        macs
     }
 
     /// `start`: begins forwarding (flushing the RX queues first).
