@@ -124,10 +124,16 @@ fn client_role_connects_and_reconnects_with_backoff() {
         initial: Duration::from_millis(10),
         max: Duration::from_millis(40),
     };
-    // The port starts before the frontend's socket exists, and retries.
+    // The port starts before the frontend's socket exists, fails to connect (it says so) and
+    // retries.
+    let log = LogCapture::install();
     let echo = Echo::start(cfg, dir);
-    std::thread::sleep(Duration::from_millis(30));
+    let failed = format!("port client: cannot connect to {}", path.display());
+    wait_until("the port's failed connection attempt", || {
+        log.contains(&failed)
+    });
     assert!(!echo.port().is_connected());
+    assert_eq!(echo.port().connections(), 0);
     let listener = UnixListener::bind(&path).expect("bind");
     let mut tally = [Tally::default()];
 
@@ -301,7 +307,7 @@ fn get_vring_base_stops_the_ring_and_resume_continues() {
         drv.send_frame(0, &hdr, f, TxLayout::Single).expect("send");
     }
     drv.kick_raw(tx).expect("kick");
-    std::thread::sleep(SETTLE);
+    echo.sync();
     assert!(drv.tx_completions(0).is_empty(), "a stopped ring was used");
     assert!(drv.recv_frames(0).is_empty());
     assert_eq!(echo.counters(0).tx.packets, 10);
@@ -336,8 +342,9 @@ fn vring_disable_and_enable_keeps_the_indices() {
         drv.send_frame(0, &hdr, f, TxLayout::Single).unwrap();
     }
     drv.kick_raw(drv.vring_index(0, false).unwrap()).unwrap();
-    std::thread::sleep(SETTLE);
+    echo.sync();
     assert!(drv.tx_completions(0).is_empty(), "a disabled ring was used");
+    assert_eq!(echo.counters(0).tx.packets, 7, "a disabled ring was read");
     drv.set_pair_enabled(0, true).expect("SET_VRING_ENABLE 1");
     let got = drv.recv_frames_until(0, queued.len(), TIMEOUT);
     assert_eq!(got.len(), queued.len());
@@ -355,13 +362,15 @@ fn vring_disable_and_enable_keeps_the_indices() {
 #[test]
 fn a_second_frontend_waits_for_the_first_to_leave() {
     let (echo, mut first, mut tally) = serving("two-frontends", DriverOpts::default());
-    let path = echo.socket().to_owned();
-    let second = std::thread::spawn(move || TestDriver::connect(&path, DriverOpts::default()));
-    std::thread::sleep(SETTLE);
-    // The port serves one frontend at a time: the first is still served.
-    assert_eq!(echo.port().connections(), 1);
+    // The second frontend's connection is made (queued on the listening socket) before the
+    // checks below, and its bring-up (GET_FEATURES first) is under way.
+    let stream = UnixStream::connect(echo.socket()).expect("second frontend connects");
+    let second = std::thread::spawn(move || TestDriver::from_stream(stream, DriverOpts::default()));
+    // The port serves one frontend at a time: the first is still served, the second waits.
     traffic_flows(&mut first, 1, 1, &mut tally);
     assert_no_violations(&first);
+    assert_eq!(echo.port().connections(), 1);
+    assert!(!second.is_finished(), "the second frontend was answered");
     drop(first);
     let mut second = second
         .join()
