@@ -26,7 +26,9 @@
 //! # The checks
 //!
 //! After the main run testpmd stops transmitting, switches to `rxonly` and
-//! forwards again until its counters stand still. This drains the frames
+//! forwards again until every frame it transmitted came back and its
+//! counters then stand still (standing still alone would end early on a
+//! stalled backend). This drains the frames
 //! that were in flight at `stop`, and it is needed: `mac` forwarding stops
 //! polling RX at once, and in practice all 1024 circulating frames per queue
 //! pair are then sitting delivered, but unreceived, in the guest's RX ring
@@ -87,7 +89,8 @@ const RING_SIZE: u16 = 1024;
 /// How long the traffic may take to reach [`TARGET_RX`].
 const TRAFFIC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How long the counters must stand still for the drain to be complete.
+/// How long the counters must stand still, once every transmitted frame
+/// came back, for the drain to be complete.
 const DRAIN_QUIET: Duration = Duration::from_millis(300);
 
 /// How long the drain may take.
@@ -292,7 +295,7 @@ fn run_loopback(case: Case) {
     // also flushes the RX queues before forwarding.
     fe.set_fwd("rxonly");
     fe.start();
-    let fe_stats: PortStats = fe.wait_quiescent(DRAIN_QUIET, DRAIN_TIMEOUT);
+    let fe_stats: PortStats = fe.wait_drained(DRAIN_QUIET, DRAIN_TIMEOUT);
     let drain = fe.stop();
     let fe_features = fe.negotiated_features();
 
@@ -368,6 +371,12 @@ fn run_loopback(case: Case) {
             be.qps.len(),
             ctx()
         );
+    assert_eq!(
+        fe_stats.rx_packets,
+        fe_stats.tx_packets,
+        "the drain did not bring back every frame testpmd sent within {DRAIN_TIMEOUT:?}\n{}",
+        ctx()
+    );
     }
     if case.queues > 1 {
         for q in 0..case.queues {
