@@ -1626,8 +1626,9 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The hexadecimal number after the last occurrence of any of `markers`.
-fn last_hex_after(log: &str, markers: &[&str]) -> Option<u64> {
+/// The hexadecimal number after the last occurrence of any of `markers`
+/// (e.g. the feature bits a backend logged as negotiated).
+pub fn last_hex_after(log: &str, markers: &[&str]) -> Option<u64> {
     let mut best: Option<(usize, u64)> = None;
     for m in markers {
         if let Some(i) = log.rfind(m) {

@@ -45,7 +45,9 @@
 //! * with 2 queue pairs, both carried traffic in both directions (backend's
 //!   per-queue-pair counters and testpmd's per-stream forward statistics:
 //!   one forwarding core polls both queues, `--rxq=2 --txq=2`);
-//! * the negotiated virtio features have `MRG_RXBUF` exactly when asked;
+//! * the negotiated virtio features, as testpmd logged them and (echo) as our
+//!   port logged them (both required, and equal),
+//!   have `MRG_RXBUF`, `RING_PACKED` and (echo) `IN_ORDER` exactly when asked;
 //! * testpmd exits cleanly. The frontend quits first, while the backend
 //!   still runs, so the backend also takes a clean disconnect before it is
 //!   stopped (echo: SIGTERM; DPDK: `quit`) and reports its counters.
@@ -71,8 +73,8 @@ use std::time::Duration;
 
 use vhu_tests::echo::{Echo, QpCounters};
 use vhu_tests::testpmd::{
-    self, feature_names, hugepages_available, start_vhost_backend, FrontendOpts, PortStats, RunDir,
-    Testpmd, VhostBackendOpts, LINK_TIMEOUT, READY_TIMEOUT,
+    self, feature_names, hugepages_available, last_hex_after, start_vhost_backend, FrontendOpts,
+    PortStats, RunDir, Testpmd, VhostBackendOpts, LINK_TIMEOUT, READY_TIMEOUT,
 };
 
 /// Frames testpmd must have received before the run stops.
@@ -101,6 +103,22 @@ const VIRTIO_NET_F_MRG_RXBUF: u64 = 1 << 15;
 
 /// Serialises the tests of this binary: each one busy-polls both cores.
 static SERIAL: Mutex<()> = Mutex::new(());
+
+/// `RING_PACKED` in the virtio feature bits.
+const VIRTIO_F_RING_PACKED: u64 = 1 << 34;
+
+/// `IN_ORDER` in the virtio feature bits.
+const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
+
+/// Feature bits that differ between what virtio-user logs and what the
+/// backend acks: `STATUS` (bit 16) and `CTRL_VQ` (bit 17, with multiqueue),
+/// which virtio-user emulates itself, and `VHOST_USER_F_PROTOCOL_FEATURES`
+/// (bit 30, the transport's).
+const FRONTEND_LOCAL_BITS: u64 = (1 << 16) | (1 << 17) | (1 << 30);
+
+/// What our port logs (`VHU_LOG=info`, echo's default) when the frontend
+/// acks its features: `port NAME: features acked 0x<hex> (...)`.
+const ECHO_FEATURES_MARKER: &str = ": features acked ";
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
@@ -146,7 +164,9 @@ struct BackendCounters {
     /// Per queue pair, as far as the backend reports them (DPDK: packets
     /// only, and only for queue pairs that had traffic).
     qps: Vec<QpCounters>,
-    /// Negotiated virtio features, when the backend logs them.
+    /// Negotiated virtio features, as the backend itself logged them (echo:
+    /// its port's `features acked`; DPDK: `negotiated Virtio features`, which
+    /// it logs only at a config log level we keep off).
     features: Option<u64>,
     /// The backend's log.
     log: String,
@@ -179,7 +199,7 @@ impl Backend {
                 BackendCounters {
                     total: out.total(),
                     qps: out.qps.clone(),
-                    features: None,
+                    features: last_hex_after(&out.stderr, &[ECHO_FEATURES_MARKER]),
                     log: out.to_string(),
                 }
             }
@@ -400,25 +420,53 @@ fn run_loopback(case: Case) {
         }
     }
 
-    for features in [fe_features, be.features].into_iter().flatten() {
+    // Both sides' view of the negotiation is required: a missing line is a
+    // failure, never a skipped check (a "packed" case must not pass on split
+    // rings because a log line was not parsed).
+    let Some(fe_features) = fe_features else {
+        panic!("testpmd did not log its negotiated features\n{}", ctx());
+    };
+    // Our side's view comes from our own port's log; DPDK's vhost backend
+    // (the reference) keeps its config log to warnings, so its view is
+    // checked only if it logged one.
+    if case.kind == BackendKind::Echo {
+        let Some(be_features) = be.features else {
+            panic!("echo did not log its acked features\n{}", ctx());
+        };
+        // Our port acked exactly what the frontend says it negotiated, but
+        // for the bits virtio-user keeps to itself (FRONTEND_LOCAL_BITS).
         assert_eq!(
-            features & (1 << 34) != 0,
+            be_features & !FRONTEND_LOCAL_BITS,
+            fe_features & !FRONTEND_LOCAL_BITS,
+            "features: backend {:?} frontend {:?}\n{}",
+            feature_names(be_features),
+            feature_names(fe_features),
+            ctx()
+        );
+    }
+    let sides = [
+        Some(("testpmd", fe_features)),
+        be.features.map(|f| ("backend", f)),
+    ];
+    for (side, features) in sides.into_iter().flatten() {
+        assert_eq!(
+            features & VIRTIO_F_RING_PACKED != 0,
             case.packed,
-            "RING_PACKED negotiated: {features:#x}\n{}",
+            "{side}: RING_PACKED negotiated: {features:#x}\n{}",
             ctx()
         );
         if case.kind == BackendKind::Echo {
             assert_eq!(
-                features & (1 << 35) != 0,
+                features & VIRTIO_F_IN_ORDER != 0,
                 case.in_order,
-                "IN_ORDER negotiated: {features:#x}\n{}",
+                "{side}: IN_ORDER negotiated: {features:#x}\n{}",
                 ctx()
             );
         }
         assert_eq!(
             features & VIRTIO_NET_F_MRG_RXBUF != 0,
             case.mrg_rxbuf,
-            "negotiated features {features:#x} {:?}\n{}",
+            "{side}: negotiated features {features:#x} {:?}\n{}",
             feature_names(features),
             ctx()
         );
