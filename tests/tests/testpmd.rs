@@ -60,8 +60,11 @@
 //! serialises them anyway.
 //!
 //! Environment:
-//! * `VHU_TEST_HUGEPAGES=1`: run the correctness tests on hugepages (if 512
-//!   free 2 MiB pages are there); the default is `--no-huge`.
+//! * `VHU_TEST_HUGEPAGES=1`: run every case on hugepages; the default is
+//!   `--no-huge`, except for the `*_huge` subset, which always runs on
+//!   hugepages (DPDK's and our memory mapping of hugetlbfs files). A case on
+//!   hugepages fails unless 512 free 2 MiB pages are there (never falls
+//!   back).
 //! * `VHU_ECHO_ARGS`: extra arguments for `echo` (whitespace-separated).
 //! * `VHU_ECHO_BIN`, `VHU_TESTPMD_BIN`: the binaries.
 //!
@@ -101,9 +104,6 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// `MRG_RXBUF` in the virtio-net feature bits.
 const VIRTIO_NET_F_MRG_RXBUF: u64 = 1 << 15;
 
-/// Serialises the tests of this binary: each one busy-polls both cores.
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// `RING_PACKED` in the virtio feature bits.
 const VIRTIO_F_RING_PACKED: u64 = 1 << 34;
 
@@ -120,13 +120,29 @@ const FRONTEND_LOCAL_BITS: u64 = (1 << 16) | (1 << 17) | (1 << 30);
 /// acks its features: `port NAME: features acked 0x<hex> (...)`.
 const ECHO_FEATURES_MARKER: &str = ": features acked ";
 
+/// Serialises the tests of this binary: each one busy-polls both cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Correctness tests use `--no-huge` unless asked for hugepages.
-fn use_hugepages() -> bool {
-    std::env::var("VHU_TEST_HUGEPAGES").is_ok_and(|v| v == "1") && hugepages_available(512)
+/// Free 2 MiB hugepages a hugepage case needs (`scripts/hugepages.sh`
+/// reserves them).
+const HUGEPAGES_NEEDED: u64 = 512;
+
+/// Whether a case runs on hugepages: the `*_huge` cases always do, every
+/// case does with `VHU_TEST_HUGEPAGES=1`; the others use `--no-huge`. A case
+/// that wants hugepages fails when they are not there (it never falls back
+/// to `--no-huge`, which would leave the hugepage path untested).
+fn use_hugepages(case_wants: bool) -> bool {
+    let wanted = case_wants || std::env::var("VHU_TEST_HUGEPAGES").is_ok_and(|v| v == "1");
+    assert!(
+        !wanted || hugepages_available(HUGEPAGES_NEEDED),
+        "this case runs on hugepages and needs {HUGEPAGES_NEEDED} free 2 MiB pages on a mounted \
+         hugetlbfs: run scripts/hugepages.sh (scripts/install-peers.sh does)"
+    );
+    wanted
 }
 
 /// `$VHU_ECHO_ARGS`, split at whitespace.
@@ -175,7 +191,13 @@ struct BackendCounters {
 impl Backend {
     /// Starts a backend on `socket`. As a server it returns once the socket
     /// exists; as a client it connects in the background.
-    fn spawn(kind: BackendKind, socket: &std::path::Path, client: bool, queues: u16) -> Self {
+    fn spawn(
+        kind: BackendKind,
+        socket: &std::path::Path,
+        client: bool,
+        queues: u16,
+        hugepages: bool,
+    ) -> Self {
         match kind {
             BackendKind::Echo => {
                 Backend::Echo(Echo::spawn(socket, client, queues, &echo_extra_args()))
@@ -184,7 +206,7 @@ impl Backend {
                 let mut o = VhostBackendOpts::new(socket);
                 o.client = client;
                 o.port.queues = queues;
-                o.port.hugepages = use_hugepages();
+                o.port.hugepages = hugepages;
                 Backend::Dpdk(start_vhost_backend(&o))
             }
         }
@@ -263,6 +285,8 @@ struct Case {
     packed: bool,
     /// `in_order=1`.
     in_order: bool,
+    /// Run on hugepages (else `--no-huge`, unless `VHU_TEST_HUGEPAGES=1`).
+    hugepages: bool,
 }
 
 /// Starts frontend and backend in the order the socket roles need; returns
@@ -282,14 +306,14 @@ fn start_pair(case: Case, socket: &std::path::Path, hugepages: bool) -> (Testpmd
     fe_opts.port.rxd = RING_SIZE;
     fe_opts.port.txd = RING_SIZE;
     let (mut fe, be) = if case.backend_server {
-        let be = Backend::spawn(case.kind, socket, false, case.queues);
+        let be = Backend::spawn(case.kind, socket, false, case.queues, hugepages);
         (Testpmd::spawn(&fe_opts), be)
     } else {
         // virtio-user as server creates the socket and then blocks in EAL
         // init until the backend connects.
         let mut fe = Testpmd::spawn(&fe_opts);
         fe.wait_socket(READY_TIMEOUT);
-        let be = Backend::spawn(case.kind, socket, true, case.queues);
+        let be = Backend::spawn(case.kind, socket, true, case.queues, hugepages);
         (fe, be)
     };
     fe.wait_ready(READY_TIMEOUT);
@@ -301,7 +325,7 @@ fn run_loopback(case: Case) {
     let _serial = serial();
     let dir = RunDir::new("testpmd");
     let socket = dir.join("vhost.sock");
-    let hugepages = use_hugepages();
+    let hugepages = use_hugepages(case.hugepages);
     let (mut fe, be) = start_pair(case, &socket, hugepages);
 
     fe.start_tx_first(TX_FIRST_BURSTS);
@@ -347,6 +371,12 @@ fn run_loopback(case: Case) {
 
     assert!(status.success(), "testpmd exited with {status}\n{}", ctx());
     assert!(fe_stats.rx_packets >= TARGET_RX, "{}", ctx());
+    assert_eq!(
+        fe_stats.rx_packets,
+        fe_stats.tx_packets,
+        "the drain did not bring back every frame testpmd sent within {DRAIN_TIMEOUT:?}\n{}",
+        ctx()
+    );
     assert_eq!(fe_stats.rx_errors, 0, "testpmd RX-errors\n{}", ctx());
     assert_eq!(fe_stats.rx_missed, 0, "testpmd RX-missed\n{}", ctx());
 
@@ -391,12 +421,6 @@ fn run_loopback(case: Case) {
             be.qps.len(),
             ctx()
         );
-    assert_eq!(
-        fe_stats.rx_packets,
-        fe_stats.tx_packets,
-        "the drain did not bring back every frame testpmd sent within {DRAIN_TIMEOUT:?}\n{}",
-        ctx()
-    );
     }
     if case.queues > 1 {
         for q in 0..case.queues {
@@ -475,7 +499,7 @@ fn run_loopback(case: Case) {
 
 /// Generates one `#[test]` per matrix point.
 macro_rules! loopback_tests {
-    ($($name:ident: $kind:ident, backend_server = $srv:literal, queues = $q:literal, mrg_rxbuf = $m:literal $(, packed = $p:literal)? $(, in_order = $o:literal)?;)*) => {$(
+    ($($name:ident: $kind:ident, backend_server = $srv:literal, queues = $q:literal, mrg_rxbuf = $m:literal $(, packed = $p:literal)? $(, in_order = $o:literal)? $(, hugepages = $h:literal)?;)*) => {$(
         #[test]
         #[ignore = "needs root and peers: run scripts/test.sh"]
         fn $name() {
@@ -486,6 +510,7 @@ macro_rules! loopback_tests {
                 mrg_rxbuf: $m,
                 packed: false $(|| $p)?,
                 in_order: false $(|| $o)?,
+                hugepages: false $(|| $h)?,
             });
         }
     )*};
@@ -505,6 +530,9 @@ loopback_tests! {
     echo_client_q1_mrg1: Echo, backend_server = false, queues = 1, mrg_rxbuf = true;
     echo_client_q2_mrg0: Echo, backend_server = false, queues = 2, mrg_rxbuf = false;
     echo_client_q2_mrg1: Echo, backend_server = false, queues = 2, mrg_rxbuf = true;
+    echo_server_q1_mrg1_huge: Echo, backend_server = true, queues = 1, mrg_rxbuf = true, hugepages = true;
+    echo_client_q2_mrg1_packed_huge: Echo, backend_server = false, queues = 2, mrg_rxbuf = true, packed = true, hugepages = true;
+    dpdk_vhost_server_q1_mrg1_huge: DpdkVhost, backend_server = true, queues = 1, mrg_rxbuf = true, hugepages = true;
     dpdk_vhost_server_q1_mrg0: DpdkVhost, backend_server = true, queues = 1, mrg_rxbuf = false;
     dpdk_vhost_server_q1_mrg1: DpdkVhost, backend_server = true, queues = 1, mrg_rxbuf = true;
     dpdk_vhost_server_q2_mrg0: DpdkVhost, backend_server = true, queues = 2, mrg_rxbuf = false;
