@@ -75,6 +75,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use vhu_tests::echo::{Echo, QpCounters};
+use vhu_tests::features::VIRTIO_USER_LOCAL_BITS;
 use vhu_tests::testpmd::{
     self, feature_names, hugepages_available, last_hex_after, start_vhost_backend, FrontendOpts,
     PortStats, RunDir, Testpmd, VhostBackendOpts, LINK_TIMEOUT, READY_TIMEOUT,
@@ -109,12 +110,6 @@ const VIRTIO_F_RING_PACKED: u64 = 1 << 34;
 
 /// `IN_ORDER` in the virtio feature bits.
 const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
-
-/// Feature bits that differ between what virtio-user logs and what the
-/// backend acks: `STATUS` (bit 16) and `CTRL_VQ` (bit 17, with multiqueue),
-/// which virtio-user emulates itself, and `VHOST_USER_F_PROTOCOL_FEATURES`
-/// (bit 30, the transport's).
-const FRONTEND_LOCAL_BITS: u64 = (1 << 16) | (1 << 17) | (1 << 30);
 
 /// What our port logs (`VHU_LOG=info`, echo's default) when the frontend
 /// acks its features: `port NAME: features acked 0x<hex> (...)`.
@@ -458,10 +453,10 @@ fn run_loopback(case: Case) {
             panic!("echo did not log its acked features\n{}", ctx());
         };
         // Our port acked exactly what the frontend says it negotiated, but
-        // for the bits virtio-user keeps to itself (FRONTEND_LOCAL_BITS).
+        // for the bits virtio-user keeps to itself.
         assert_eq!(
-            be_features & !FRONTEND_LOCAL_BITS,
-            fe_features & !FRONTEND_LOCAL_BITS,
+            be_features & !VIRTIO_USER_LOCAL_BITS,
+            fe_features & !VIRTIO_USER_LOCAL_BITS,
             "features: backend {:?} frontend {:?}\n{}",
             feature_names(be_features),
             feature_names(fe_features),
