@@ -10,4 +10,6 @@ cd "$(dirname "$0")/.."
 scripts/install-peers.sh
 cargo build --release --workspace --examples
 cargo build --release -p vhu-tests --bin vs-dpdk
-exec target/release/vs-dpdk "$@"
+# Where cargo put them (and where vs-dpdk looks for echo: $CARGO_TARGET_DIR).
+target=${CARGO_TARGET_DIR:-target}
+exec "$target/release/vs-dpdk" "$@"

@@ -32,7 +32,6 @@ step "fuzz targets: seed replay, then a 30 s libFuzzer run each"
 fuzz/run.sh 30
 
 step "end-to-end tests against real peers (serialised: they busy-poll)"
-export VHU_E2E=1
 cargo test --release --no-fail-fast -p vhu-tests -- --include-ignored --test-threads=1
 
 echo "scripts/test.sh: all tests passed"

@@ -132,6 +132,13 @@ pub fn summary(data: &[u8]) -> String {
     )
 }
 
+/// Runs one input and returns the final RX and TX counters of its queue
+/// pair (what a seed's checks assert on).
+pub fn counters(data: &[u8]) -> (QueueCounters, QueueCounters) {
+    let h = run_inner(data);
+    (h.g.qp.rx.counters(), h.g.qp.tx.counters())
+}
+
 fn run_inner(data: &[u8]) -> Harness {
     let mut inp = Input::new(data);
     let mut h = Harness::new(&mut inp);

@@ -56,6 +56,13 @@ pub const NAMES: &[(u32, &str)] = &[
     (63, "SPEED_DUPLEX"),
 ];
 
+/// The feature bits on which DPDK's virtio-user and its vhost-user backend
+/// legitimately disagree: `STATUS` (bit 16) and `CTRL_VQ` (bit 17), which
+/// virtio-user emulates itself, and `VHOST_USER_F_PROTOCOL_FEATURES` (bit
+/// 30, the transport's, which virtio-user does not list). Compare a
+/// backend's acked set with virtio-user's negotiated set outside these.
+pub const VIRTIO_USER_LOCAL_BITS: u64 = (1 << 16) | (1 << 17) | (1 << 30);
+
 /// The name of feature bit `bit`, if it has one here.
 pub fn name(bit: u32) -> Option<&'static str> {
     NAMES.iter().find(|&&(b, _)| b == bit).map(|&(_, n)| n)

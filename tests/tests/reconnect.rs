@@ -4,10 +4,16 @@
 //! driver, which hangs up in the middle of traffic 100 times. The backend
 //! must keep serving (a last connection moves frames byte-exact) and must
 //! not leak: its open file descriptors (memory regions, kick and call
-//! eventfds, sockets) come back to the same count.
+//! eventfds, sockets) come back to exactly the same count, and its resident
+//! and virtual memory do not grow (every connection maps 16 MiB of guest
+//! memory; a region left mapped would show).
+//!
+//! Each reading waits for the backend to have logged the end of every
+//! connection so far and then for the fd count to stand still, so a slow
+//! teardown under load neither fails the check nor inflates the baseline.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver, TxLayout};
 use vhu_tests::echo::Echo;
@@ -15,10 +21,80 @@ use vhu_tests::testpmd::RunDir;
 
 const ROUNDS: usize = 100;
 
+/// How long the fd count must stand still for a reading.
+const STABLE: Duration = Duration::from_millis(500);
+
+/// How long a connection's teardown may take.
+const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Growth of echo's resident memory (KiB) allowed over the rounds: allocator
+/// slack, far below one leaked 16 MiB guest memory mapping.
+const RSS_SLACK_KB: u64 = 4096;
+
+/// The same for its virtual size: one leaked mapping is 16 MiB.
+const VM_SLACK_KB: u64 = 8192;
+
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("echo's /proc fd directory")
         .count()
+}
+
+/// A `kB` field (`VmRSS`, `VmSize`) of `/proc/PID/status`.
+fn status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("echo's status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// What echo holds once it is idle.
+#[derive(Debug, Clone, Copy)]
+struct Footprint {
+    fds: usize,
+    rss_kb: u64,
+    vm_kb: u64,
+}
+
+/// Waits until echo logged the end of `ended` connections (its port logs
+/// one line per connection it closes), then until its fd count stands still
+/// for [`STABLE`], and reads its footprint.
+fn settled(echo: &Echo, ended: usize) -> Footprint {
+    let deadline = Instant::now() + TEARDOWN_TIMEOUT;
+    let ends = |log: &str| {
+        log.matches("frontend disconnected").count() + log.matches("closing the connection").count()
+    };
+    while ends(&echo.log()) < ended {
+        assert!(
+            Instant::now() < deadline,
+            "echo logged the end of {} of {ended} connections:\n{}",
+            ends(&echo.log()),
+            echo.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = echo.pid();
+    let mut fds = open_fds(pid);
+    let mut since = Instant::now();
+    while since.elapsed() < STABLE {
+        assert!(
+            Instant::now() < deadline,
+            "echo's fd count kept changing (now {fds})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let now = open_fds(pid);
+        if now != fds {
+            fds = now;
+            since = Instant::now();
+        }
+    }
+    Footprint {
+        fds,
+        rss_kb: status_kb(pid, "VmRSS"),
+        vm_kb: status_kb(pid, "VmSize"),
+    }
 }
 
 fn frame(len: usize, seed: u8) -> Vec<u8> {
@@ -67,14 +143,13 @@ fn busy_echo_survives_disconnects_mid_traffic_without_leaking() {
     let dir = RunDir::new("reconnect");
     let socket = dir.join("vhost.sock");
     let echo = Echo::spawn(&socket, false, 2, &["--poll", "busy"]);
-    let pid = echo.pid();
 
-    // Warm up once so lazily created descriptors are counted in the baseline.
+    // Warm up once so lazily created descriptors are counted in the
+    // baseline, which is read once that connection is fully gone.
     let (d, back) = traffic(&socket, 8, 8, 0);
     assert_eq!(back, 16, "warm-up frames came back");
     d.disconnect();
-    std::thread::sleep(Duration::from_millis(200));
-    let baseline = open_fds(pid);
+    let baseline = settled(&echo, 1);
 
     for round in 0..ROUNDS {
         // Hang up with frames in flight: only wait for a few of 64.
@@ -103,12 +178,26 @@ fn busy_echo_survives_disconnects_mid_traffic_without_leaking() {
     }
     assert!(d.violations().is_empty(), "{:?}", d.violations());
     d.disconnect();
-    std::thread::sleep(Duration::from_millis(300));
 
-    let after = open_fds(pid);
+    // Warm-up, the rounds and the last connection have all ended.
+    let after = settled(&echo, ROUNDS + 2);
+    println!("echo's footprint: baseline {baseline:?}, after {ROUNDS} reconnects {after:?}");
+    assert_eq!(
+        after.fds, baseline.fds,
+        "echo's open fds went from {} to {} over {ROUNDS} reconnects",
+        baseline.fds, after.fds
+    );
     assert!(
-        after <= baseline,
-        "echo's open fds grew from {baseline} to {after} over {ROUNDS} reconnects"
+        after.rss_kb <= baseline.rss_kb + RSS_SLACK_KB,
+        "echo's resident memory grew from {} to {} KiB over {ROUNDS} reconnects",
+        baseline.rss_kb,
+        after.rss_kb
+    );
+    assert!(
+        after.vm_kb <= baseline.vm_kb + VM_SLACK_KB,
+        "echo's virtual memory grew from {} to {} KiB over {ROUNDS} reconnects",
+        baseline.vm_kb,
+        after.vm_kb
     );
     let out = echo.stop();
     assert!(out.status.success(), "echo exited with {:?}", out.status);

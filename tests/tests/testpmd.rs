@@ -26,7 +26,9 @@
 //! # The checks
 //!
 //! After the main run testpmd stops transmitting, switches to `rxonly` and
-//! forwards again until its counters stand still. This drains the frames
+//! forwards again until every frame it transmitted came back and its
+//! counters then stand still (standing still alone would end early on a
+//! stalled backend). This drains the frames
 //! that were in flight at `stop`, and it is needed: `mac` forwarding stops
 //! polling RX at once, and in practice all 1024 circulating frames per queue
 //! pair are then sitting delivered, but unreceived, in the guest's RX ring
@@ -43,7 +45,9 @@
 //! * with 2 queue pairs, both carried traffic in both directions (backend's
 //!   per-queue-pair counters and testpmd's per-stream forward statistics:
 //!   one forwarding core polls both queues, `--rxq=2 --txq=2`);
-//! * the negotiated virtio features have `MRG_RXBUF` exactly when asked;
+//! * the negotiated virtio features, as testpmd logged them and (echo) as our
+//!   port logged them (both required, and equal),
+//!   have `MRG_RXBUF`, `RING_PACKED` and (echo) `IN_ORDER` exactly when asked;
 //! * testpmd exits cleanly. The frontend quits first, while the backend
 //!   still runs, so the backend also takes a clean disconnect before it is
 //!   stopped (echo: SIGTERM; DPDK: `quit`) and reports its counters.
@@ -56,8 +60,11 @@
 //! serialises them anyway.
 //!
 //! Environment:
-//! * `VHU_TEST_HUGEPAGES=1`: run the correctness tests on hugepages (if 512
-//!   free 2 MiB pages are there); the default is `--no-huge`.
+//! * `VHU_TEST_HUGEPAGES=1`: run every case on hugepages; the default is
+//!   `--no-huge`, except for the `*_huge` subset, which always runs on
+//!   hugepages (DPDK's and our memory mapping of hugetlbfs files). A case on
+//!   hugepages fails unless 512 free 2 MiB pages are there (never falls
+//!   back).
 //! * `VHU_ECHO_ARGS`: extra arguments for `echo` (whitespace-separated).
 //! * `VHU_ECHO_BIN`, `VHU_TESTPMD_BIN`: the binaries.
 //!
@@ -68,9 +75,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use vhu_tests::echo::{Echo, QpCounters};
+use vhu_tests::features::VIRTIO_USER_LOCAL_BITS;
 use vhu_tests::testpmd::{
-    self, feature_names, hugepages_available, start_vhost_backend, FrontendOpts, PortStats, RunDir,
-    Testpmd, VhostBackendOpts, LINK_TIMEOUT, READY_TIMEOUT,
+    self, feature_names, hugepages_available, last_hex_after, start_vhost_backend, FrontendOpts,
+    PortStats, RunDir, Testpmd, VhostBackendOpts, LINK_TIMEOUT, READY_TIMEOUT,
 };
 
 /// Frames testpmd must have received before the run stops.
@@ -87,7 +95,8 @@ const RING_SIZE: u16 = 1024;
 /// How long the traffic may take to reach [`TARGET_RX`].
 const TRAFFIC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How long the counters must stand still for the drain to be complete.
+/// How long the counters must stand still, once every transmitted frame
+/// came back, for the drain to be complete.
 const DRAIN_QUIET: Duration = Duration::from_millis(300);
 
 /// How long the drain may take.
@@ -96,6 +105,16 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// `MRG_RXBUF` in the virtio-net feature bits.
 const VIRTIO_NET_F_MRG_RXBUF: u64 = 1 << 15;
 
+/// `RING_PACKED` in the virtio feature bits.
+const VIRTIO_F_RING_PACKED: u64 = 1 << 34;
+
+/// `IN_ORDER` in the virtio feature bits.
+const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
+
+/// What our port logs (`VHU_LOG=info`, echo's default) when the frontend
+/// acks its features: `port NAME: features acked 0x<hex> (...)`.
+const ECHO_FEATURES_MARKER: &str = ": features acked ";
+
 /// Serialises the tests of this binary: each one busy-polls both cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -103,9 +122,22 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Correctness tests use `--no-huge` unless asked for hugepages.
-fn use_hugepages() -> bool {
-    std::env::var("VHU_TEST_HUGEPAGES").is_ok_and(|v| v == "1") && hugepages_available(512)
+/// Free 2 MiB hugepages a hugepage case needs (`scripts/hugepages.sh`
+/// reserves them).
+const HUGEPAGES_NEEDED: u64 = 512;
+
+/// Whether a case runs on hugepages: the `*_huge` cases always do, every
+/// case does with `VHU_TEST_HUGEPAGES=1`; the others use `--no-huge`. A case
+/// that wants hugepages fails when they are not there (it never falls back
+/// to `--no-huge`, which would leave the hugepage path untested).
+fn use_hugepages(case_wants: bool) -> bool {
+    let wanted = case_wants || std::env::var("VHU_TEST_HUGEPAGES").is_ok_and(|v| v == "1");
+    assert!(
+        !wanted || hugepages_available(HUGEPAGES_NEEDED),
+        "this case runs on hugepages and needs {HUGEPAGES_NEEDED} free 2 MiB pages on a mounted \
+         hugetlbfs: run scripts/hugepages.sh (scripts/install-peers.sh does)"
+    );
+    wanted
 }
 
 /// `$VHU_ECHO_ARGS`, split at whitespace.
@@ -143,7 +175,9 @@ struct BackendCounters {
     /// Per queue pair, as far as the backend reports them (DPDK: packets
     /// only, and only for queue pairs that had traffic).
     qps: Vec<QpCounters>,
-    /// Negotiated virtio features, when the backend logs them.
+    /// Negotiated virtio features, as the backend itself logged them (echo:
+    /// its port's `features acked`; DPDK: `negotiated Virtio features`, which
+    /// it logs only at a config log level we keep off).
     features: Option<u64>,
     /// The backend's log.
     log: String,
@@ -152,7 +186,13 @@ struct BackendCounters {
 impl Backend {
     /// Starts a backend on `socket`. As a server it returns once the socket
     /// exists; as a client it connects in the background.
-    fn spawn(kind: BackendKind, socket: &std::path::Path, client: bool, queues: u16) -> Self {
+    fn spawn(
+        kind: BackendKind,
+        socket: &std::path::Path,
+        client: bool,
+        queues: u16,
+        hugepages: bool,
+    ) -> Self {
         match kind {
             BackendKind::Echo => {
                 Backend::Echo(Echo::spawn(socket, client, queues, &echo_extra_args()))
@@ -161,7 +201,7 @@ impl Backend {
                 let mut o = VhostBackendOpts::new(socket);
                 o.client = client;
                 o.port.queues = queues;
-                o.port.hugepages = use_hugepages();
+                o.port.hugepages = hugepages;
                 Backend::Dpdk(start_vhost_backend(&o))
             }
         }
@@ -176,7 +216,7 @@ impl Backend {
                 BackendCounters {
                     total: out.total(),
                     qps: out.qps.clone(),
-                    features: None,
+                    features: last_hex_after(&out.stderr, &[ECHO_FEATURES_MARKER]),
                     log: out.to_string(),
                 }
             }
@@ -240,6 +280,8 @@ struct Case {
     packed: bool,
     /// `in_order=1`.
     in_order: bool,
+    /// Run on hugepages (else `--no-huge`, unless `VHU_TEST_HUGEPAGES=1`).
+    hugepages: bool,
 }
 
 /// Starts frontend and backend in the order the socket roles need; returns
@@ -259,14 +301,14 @@ fn start_pair(case: Case, socket: &std::path::Path, hugepages: bool) -> (Testpmd
     fe_opts.port.rxd = RING_SIZE;
     fe_opts.port.txd = RING_SIZE;
     let (mut fe, be) = if case.backend_server {
-        let be = Backend::spawn(case.kind, socket, false, case.queues);
+        let be = Backend::spawn(case.kind, socket, false, case.queues, hugepages);
         (Testpmd::spawn(&fe_opts), be)
     } else {
         // virtio-user as server creates the socket and then blocks in EAL
         // init until the backend connects.
         let mut fe = Testpmd::spawn(&fe_opts);
         fe.wait_socket(READY_TIMEOUT);
-        let be = Backend::spawn(case.kind, socket, true, case.queues);
+        let be = Backend::spawn(case.kind, socket, true, case.queues, hugepages);
         (fe, be)
     };
     fe.wait_ready(READY_TIMEOUT);
@@ -278,7 +320,7 @@ fn run_loopback(case: Case) {
     let _serial = serial();
     let dir = RunDir::new("testpmd");
     let socket = dir.join("vhost.sock");
-    let hugepages = use_hugepages();
+    let hugepages = use_hugepages(case.hugepages);
     let (mut fe, be) = start_pair(case, &socket, hugepages);
 
     fe.start_tx_first(TX_FIRST_BURSTS);
@@ -292,7 +334,7 @@ fn run_loopback(case: Case) {
     // also flushes the RX queues before forwarding.
     fe.set_fwd("rxonly");
     fe.start();
-    let fe_stats: PortStats = fe.wait_quiescent(DRAIN_QUIET, DRAIN_TIMEOUT);
+    let fe_stats: PortStats = fe.wait_drained(DRAIN_QUIET, DRAIN_TIMEOUT);
     let drain = fe.stop();
     let fe_features = fe.negotiated_features();
 
@@ -324,6 +366,12 @@ fn run_loopback(case: Case) {
 
     assert!(status.success(), "testpmd exited with {status}\n{}", ctx());
     assert!(fe_stats.rx_packets >= TARGET_RX, "{}", ctx());
+    assert_eq!(
+        fe_stats.rx_packets,
+        fe_stats.tx_packets,
+        "the drain did not bring back every frame testpmd sent within {DRAIN_TIMEOUT:?}\n{}",
+        ctx()
+    );
     assert_eq!(fe_stats.rx_errors, 0, "testpmd RX-errors\n{}", ctx());
     assert_eq!(fe_stats.rx_missed, 0, "testpmd RX-missed\n{}", ctx());
 
@@ -391,25 +439,53 @@ fn run_loopback(case: Case) {
         }
     }
 
-    for features in [fe_features, be.features].into_iter().flatten() {
+    // Both sides' view of the negotiation is required: a missing line is a
+    // failure, never a skipped check (a "packed" case must not pass on split
+    // rings because a log line was not parsed).
+    let Some(fe_features) = fe_features else {
+        panic!("testpmd did not log its negotiated features\n{}", ctx());
+    };
+    // Our side's view comes from our own port's log; DPDK's vhost backend
+    // (the reference) keeps its config log to warnings, so its view is
+    // checked only if it logged one.
+    if case.kind == BackendKind::Echo {
+        let Some(be_features) = be.features else {
+            panic!("echo did not log its acked features\n{}", ctx());
+        };
+        // Our port acked exactly what the frontend says it negotiated, but
+        // for the bits virtio-user keeps to itself.
         assert_eq!(
-            features & (1 << 34) != 0,
+            be_features & !VIRTIO_USER_LOCAL_BITS,
+            fe_features & !VIRTIO_USER_LOCAL_BITS,
+            "features: backend {:?} frontend {:?}\n{}",
+            feature_names(be_features),
+            feature_names(fe_features),
+            ctx()
+        );
+    }
+    let sides = [
+        Some(("testpmd", fe_features)),
+        be.features.map(|f| ("backend", f)),
+    ];
+    for (side, features) in sides.into_iter().flatten() {
+        assert_eq!(
+            features & VIRTIO_F_RING_PACKED != 0,
             case.packed,
-            "RING_PACKED negotiated: {features:#x}\n{}",
+            "{side}: RING_PACKED negotiated: {features:#x}\n{}",
             ctx()
         );
         if case.kind == BackendKind::Echo {
             assert_eq!(
-                features & (1 << 35) != 0,
+                features & VIRTIO_F_IN_ORDER != 0,
                 case.in_order,
-                "IN_ORDER negotiated: {features:#x}\n{}",
+                "{side}: IN_ORDER negotiated: {features:#x}\n{}",
                 ctx()
             );
         }
         assert_eq!(
             features & VIRTIO_NET_F_MRG_RXBUF != 0,
             case.mrg_rxbuf,
-            "negotiated features {features:#x} {:?}\n{}",
+            "{side}: negotiated features {features:#x} {:?}\n{}",
             feature_names(features),
             ctx()
         );
@@ -418,7 +494,7 @@ fn run_loopback(case: Case) {
 
 /// Generates one `#[test]` per matrix point.
 macro_rules! loopback_tests {
-    ($($name:ident: $kind:ident, backend_server = $srv:literal, queues = $q:literal, mrg_rxbuf = $m:literal $(, packed = $p:literal)? $(, in_order = $o:literal)?;)*) => {$(
+    ($($name:ident: $kind:ident, backend_server = $srv:literal, queues = $q:literal, mrg_rxbuf = $m:literal $(, packed = $p:literal)? $(, in_order = $o:literal)? $(, hugepages = $h:literal)?;)*) => {$(
         #[test]
         #[ignore = "needs root and peers: run scripts/test.sh"]
         fn $name() {
@@ -429,6 +505,7 @@ macro_rules! loopback_tests {
                 mrg_rxbuf: $m,
                 packed: false $(|| $p)?,
                 in_order: false $(|| $o)?,
+                hugepages: false $(|| $h)?,
             });
         }
     )*};
@@ -448,6 +525,9 @@ loopback_tests! {
     echo_client_q1_mrg1: Echo, backend_server = false, queues = 1, mrg_rxbuf = true;
     echo_client_q2_mrg0: Echo, backend_server = false, queues = 2, mrg_rxbuf = false;
     echo_client_q2_mrg1: Echo, backend_server = false, queues = 2, mrg_rxbuf = true;
+    echo_server_q1_mrg1_huge: Echo, backend_server = true, queues = 1, mrg_rxbuf = true, hugepages = true;
+    echo_client_q2_mrg1_packed_huge: Echo, backend_server = false, queues = 2, mrg_rxbuf = true, packed = true, hugepages = true;
+    dpdk_vhost_server_q1_mrg1_huge: DpdkVhost, backend_server = true, queues = 1, mrg_rxbuf = true, hugepages = true;
     dpdk_vhost_server_q1_mrg0: DpdkVhost, backend_server = true, queues = 1, mrg_rxbuf = false;
     dpdk_vhost_server_q1_mrg1: DpdkVhost, backend_server = true, queues = 1, mrg_rxbuf = true;
     dpdk_vhost_server_q2_mrg0: DpdkVhost, backend_server = true, queues = 2, mrg_rxbuf = false;

@@ -33,6 +33,14 @@
 //! be at most `--max-busy` (10 %) busy, and reports how busy it was: other
 //! work on two cores halves a poller's figure.
 //!
+//! Each run checks its own conditions, and the program fails rather than
+//! print a figure for a run that measured something else: every process
+//! exits cleanly (patch's counters are printed: its uplink must have sent
+//! what the peer counted, or more), the frontend negotiated split rings, and
+//! the frames the peer received average exactly `--size`. A run that still
+//! found the machine busier than `--max-busy` is repeated (up to 3 attempts)
+//! and marked `NOISY` if it stays so.
+//!
 //! Prints every run and a table of medians and ratios (ours / DPDK). Needs
 //! root; `benches/vs-dpdk-uplinks.sh` builds what it needs and runs it.
 
@@ -153,6 +161,9 @@ struct Sample {
     busy_before: f64,
 }
 
+/// Attempts at a quiet run before a noisy one is kept (and marked).
+const ATTEMPTS: usize = 3;
+
 /// Moves TAP `name` (in our namespace) into `ns` and sets it up.
 fn adopt_tap(name: &str, ns: &Netns) -> Result<(), String> {
     let sys = PathBuf::from(format!("/sys/class/net/{name}"));
@@ -248,6 +259,7 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
     let (s1, f1, t1) = (peer.stats(), fe.total_stats(), Instant::now());
     fe.stop();
     let secs = (t1 - t0).as_secs_f64();
+    let fe_features = fe.negotiated_features();
     let (status, log) = fe.quit();
     if let Some(mut p) = ours {
         p.signal("TERM");
@@ -255,9 +267,31 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
         if !st.success() {
             return Err(format!("patch exited with {st}\n{}", p.describe()));
         }
+        let out = p.stdout();
+        let uplink = out
+            .lines()
+            .find(|l| l.starts_with("uplink="))
+            .ok_or_else(|| format!("patch printed no uplink counters\n{}", p.describe()))?;
+        println!("  patch: {uplink}");
+        let sent = uplink
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("tx_packets="))
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| format!("no tx_packets in {uplink:?}"))?;
+        let peer_total = s1.rx_packets.saturating_sub(s0.rx_packets);
+        if sent < peer_total {
+            return Err(format!(
+                "the peer counted {peer_total} frames in the window, patch's uplink sent only \
+                 {sent} in all: the peer counted other frames\n{}",
+                p.describe()
+            ));
+        }
     }
     if let Some(d) = dpdk {
-        let _ = d.quit();
+        let (st, dlog) = d.quit();
+        if !st.success() {
+            return Err(format!("DPDK's backend exited with {st}\n{dlog}"));
+        }
     }
     if !status.success() {
         return Err(format!("frontend exited with {status}\n{log}"));
@@ -266,6 +300,9 @@ fn run(kind: Kind, backend: Backend, a: &Args) -> Result<Sample, String> {
     if rx == 0 {
         return Err(format!("the peer received nothing\n{log}"));
     }
+    bench::check_features(fe_features, false, None)?;
+    let rx_bytes = s1.rx_bytes.saturating_sub(s0.rx_bytes);
+    bench::check_frame_len(rx_bytes as f64 / rx as f64, a.size)?;
     Ok(Sample {
         mpps: rx as f64 / secs / 1e6,
         offered_mpps: f1.tx_packets.saturating_sub(f0.tx_packets) as f64 / secs / 1e6,
@@ -302,21 +339,26 @@ fn main() -> ExitCode {
     for &kind in &a.uplinks {
         let (mut ours, mut theirs, mut busy) = (Vec::new(), Vec::new(), Vec::new());
         for rep in 0..a.reps {
-            let order = if rep % 2 == 0 {
-                [Backend::Ours, Backend::Dpdk]
-            } else {
-                [Backend::Dpdk, Backend::Ours]
-            };
-            for b in order {
-                match run(kind, b, &a) {
-                    Ok(s) => {
+            for b in bench::abba(rep, Backend::Ours, Backend::Dpdk) {
+                let noise = |s: &Sample| {
+                    (s.busy_before > a.max_busy).then(|| {
+                        format!(
+                            "machine {:.0} % busy before the run (max {:.0})",
+                            s.busy_before * 100.0,
+                            a.max_busy * 100.0
+                        )
+                    })
+                };
+                match bench::quiet_run(ATTEMPTS, || run(kind, b, &a), noise) {
+                    Ok((s, noisy)) => {
                         println!(
                             "run uplink={} rep={rep} backend={b:?}: {:.3} Mpps at the peer \
-                             (frontend sent {:.3} Mpps; machine busy before {:.0} %)",
+                             (frontend sent {:.3} Mpps; machine busy before {:.0} %){}",
                             kind.name(),
                             s.mpps,
                             s.offered_mpps,
-                            s.busy_before * 100.0
+                            s.busy_before * 100.0,
+                            if noisy { " NOISY" } else { "" }
                         );
                         busy.push(s.busy_before);
                         match b {

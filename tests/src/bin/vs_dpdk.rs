@@ -14,6 +14,15 @@
 //! Pinning (two cores): the frontend forwards on CPU 1; the backend (echo's
 //! data-plane thread, or DPDK's forwarding lcore) polls CPU 0. Run
 //! `benches/vs-dpdk.sh`, which builds what is needed first.
+//!
+//! Each run checks its own conditions and the program fails rather than
+//! print a figure for a run that measured something else: both processes
+//! exit cleanly (echo's counters are printed), the negotiated features match
+//! the row (packed rings, `in_order`; echo acked exactly what testpmd
+//! negotiated), and the received frames average exactly the row's size. A
+//! run with more than 5 % foreign CPU load or 1 % steal time is repeated (up
+//! to 3 attempts) and marked `NOISY` if it stays so; the order of the
+//! backends alternates A B, B A (ABBA).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,10 +30,21 @@ use std::time::Duration;
 
 use vhu_tests::bench;
 use vhu_tests::echo::Echo;
+use vhu_tests::features::VIRTIO_USER_LOCAL_BITS;
 use vhu_tests::testpmd::{
-    self, hugepages_available, start_vhost_backend, FrontendOpts, RunDir, Testpmd, Throughput,
-    VhostBackendOpts,
+    self, hugepages_available, last_hex_after, start_vhost_backend, FrontendOpts, RunDir, Testpmd,
+    Throughput, VhostBackendOpts,
 };
+
+/// Foreign CPU load (fraction of the machine) above which a run is noisy.
+const MAX_FOREIGN: f64 = 0.05;
+/// Steal time (fraction of the machine) above which a run is noisy.
+const MAX_STEAL: f64 = 0.01;
+/// Attempts at a quiet run before a noisy one is kept (and marked).
+const ATTEMPTS: usize = 3;
+
+/// What echo's port logs when the frontend acks its features.
+const ECHO_FEATURES_MARKER: &str = ": features acked ";
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -105,7 +125,8 @@ enum Backend {
     Dpdk,
 }
 
-/// One run: start the backend, then the frontend, inject, measure, stop.
+/// One run: start the backend, then the frontend, inject, measure, stop,
+/// and check the run's conditions (see the module doc).
 fn run(
     backend: Backend,
     size: u16,
@@ -113,7 +134,7 @@ fn run(
     packed: bool,
     in_order: Option<bool>,
     a: &Args,
-) -> Throughput {
+) -> Result<Throughput, String> {
     let dir = RunDir::new("vsdpdk");
     let socket: PathBuf = dir.join("vhost.sock");
     let mut echo = None;
@@ -150,16 +171,66 @@ fn run(
         .collect();
     let t = fe.measure_with_peers(a.warmup, a.window, &peers);
     fe.stop();
+    let fe_features = fe.negotiated_features();
     let (status, log) = fe.quit();
+    let mut backend_features = None;
     if let Some(e) = echo {
-        let _ = e.stop();
+        let out = e.stop();
+        if !out.status.success() {
+            return Err(format!("echo exited with {}\n{out}", out.status));
+        }
+        let c = out.total();
+        println!(
+            "  echo: dequeued {} delivered {} dropped {} (tx) {} (rx)",
+            c.tx_packets, c.rx_packets, c.tx_dropped, c.rx_dropped
+        );
+        backend_features = Some(
+            last_hex_after(&out.stderr, &[ECHO_FEATURES_MARKER])
+                .ok_or_else(|| format!("echo did not log its acked features\n{out}"))?,
+        );
     }
-    if let Some(d) = dpdk {
-        let _ = d.quit();
+    if let Some(mut d) = dpdk {
+        backend_features = d.negotiated_features();
+        let port = testpmd::sum_port_stats(&d.port_stats());
+        let (st, dlog) = d.quit();
+        if !st.success() {
+            return Err(format!("DPDK's vhost backend exited with {st}\n{dlog}"));
+        }
+        println!(
+            "  DPDK vhost: dequeued {} delivered {} (port stats)",
+            port.rx_packets, port.tx_packets
+        );
     }
-    assert!(status.success(), "frontend exited with {status}\n{log}");
-    assert!(t.rx_packets > 0, "no traffic\n{log}");
-    t
+    if !status.success() {
+        return Err(format!("frontend exited with {status}\n{log}"));
+    }
+    if t.rx_packets == 0 {
+        return Err(format!("no traffic\n{log}"));
+    }
+    let f = bench::check_features(fe_features, packed, in_order)?;
+    // Echo acked what testpmd negotiated, but for the bits virtio-user keeps
+    // to itself.
+    let local = VIRTIO_USER_LOCAL_BITS;
+    if backend == Backend::Ours && backend_features.map(|b| b & !local) != Some(f & !local) {
+        return Err(format!(
+            "echo acked {backend_features:#x?}, testpmd negotiated {f:#x}"
+        ));
+    }
+    bench::check_frame_len(t.avg_frame_len(), size)?;
+    Ok(t)
+}
+
+/// Why a run's figure is not trustworthy, if it is not.
+fn noise(t: &Throughput) -> Option<String> {
+    (t.foreign > MAX_FOREIGN || t.steal > MAX_STEAL).then(|| {
+        format!(
+            "foreign cpu {:.1} % (max {:.0}), steal {:.1} % (max {:.0})",
+            t.foreign * 100.0,
+            MAX_FOREIGN * 100.0,
+            t.steal * 100.0,
+            MAX_STEAL * 100.0
+        )
+    })
 }
 
 fn io_name(v: Option<bool>) -> &'static str {
@@ -181,25 +252,41 @@ fn main() -> ExitCode {
     }
     let _ = testpmd::testpmd_bin();
     let mut summary = Vec::new();
+    let mut noisy_runs = 0;
     for &huge in &a.huge {
         for &packed in &a.rings {
             for &in_order in &a.in_order {
                 for &size in &a.sizes {
                     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
                     for rep in 0..a.reps {
-                        for b in [Backend::Ours, Backend::Dpdk] {
-                            let t = run(b, size, huge, packed, in_order, &a);
+                        for b in bench::abba(rep, Backend::Ours, Backend::Dpdk) {
+                            let r = bench::quiet_run(
+                                ATTEMPTS,
+                                || run(b, size, huge, packed, in_order, &a),
+                                noise,
+                            );
+                            let (t, noisy) = match r {
+                                Ok(r) => r,
+                                Err(e) => {
+                                    eprintln!("vs-dpdk: {b:?} size {size} rep {rep}: {e}");
+                                    return ExitCode::FAILURE;
+                                }
+                            };
                             println!(
                             "run huge={huge} ring={} in_order={} size={size} rep={rep} backend={b:?}: {:.2} Mpps \
-                             (host clock {:.2}, avg frame {:.1} B, foreign cpu {:.1} %, steal {:.1} %)",
+                             (host clock {:.2}, avg frame {:.1} B, foreign cpu {:.1} %, steal {:.1} %){}",
                             if packed { "packed" } else { "split" },
                             io_name(in_order),
                             t.mpps(),
                             t.mpps_host_clock(),
                             t.avg_frame_len(),
                             t.foreign * 100.0,
-                            t.steal * 100.0
+                            t.steal * 100.0,
+                            if noisy { " NOISY" } else { "" }
                         );
+                            if noisy {
+                                noisy_runs += 1;
+                            }
                             match b {
                                 Backend::Ours => ours.push(t.mpps()),
                                 Backend::Dpdk => theirs.push(t.mpps()),
@@ -236,6 +323,11 @@ fn main() -> ExitCode {
             mo / md,
             bench::runs(&o, 2),
             bench::runs(&d, 2)
+        );
+    }
+    if noisy_runs > 0 {
+        println!(
+            "\n{noisy_runs} run(s) stayed noisy after {ATTEMPTS} attempts (marked NOISY above)"
         );
     }
     ExitCode::SUCCESS

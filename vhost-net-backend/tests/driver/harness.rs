@@ -4,12 +4,13 @@
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use vhost_net_backend::device::bits;
+use vhost_net_backend::poll::Token;
 use vhost_net_backend::test_utils::{
     encode_hdr, DriverOpts, MemTableMode, RxFrame, RxLayout, TestDriver, TxLayout, VirtioNetHdr,
 };
@@ -18,8 +19,6 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// How long anything that should happen may take.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(5);
-/// How long to wait before concluding that something that must not happen did not.
-pub(crate) const SETTLE: Duration = Duration::from_millis(50);
 /// Frames per echo burst.
 pub(crate) const BURST: usize = 32;
 /// Longest sleep of the echo thread without an event.
@@ -30,6 +29,59 @@ pub(crate) const STOP_TOKEN: u64 = u64::MAX;
 pub(crate) const DESC_F_NEXT: u16 = 1;
 pub(crate) const DESC_F_WRITE: u16 = 2;
 pub(crate) const DESC_F_INDIRECT: u16 = 4;
+
+/// The messages the process logged at `INFO` and above (ports log from their own threads, so
+/// the capture is process-wide), from [`LogCapture::install`] on.
+pub(crate) struct LogCapture;
+
+static CAPTURED: Mutex<String> = Mutex::new(String::new());
+
+impl LogCapture {
+    /// Installs the capturing subscriber as the global default (once).
+    pub(crate) fn install() -> LogCapture {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            tracing::subscriber::set_global_default(Capture).expect("the only subscriber");
+        });
+        LogCapture
+    }
+
+    /// Whether a message logged so far contains `s`.
+    pub(crate) fn contains(&self, s: &str) -> bool {
+        CAPTURED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(s)
+    }
+}
+
+/// A `tracing` subscriber that appends every event's message to [`CAPTURED`].
+struct Capture;
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        *meta.level() <= tracing::Level::INFO
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message<'a>(&'a mut String);
+        impl tracing::field::Visit for Message<'_> {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.0.push_str(&format!("{v:?}\n"));
+                }
+            }
+        }
+        let mut log = CAPTURED.lock().unwrap_or_else(PoisonError::into_inner);
+        event.record(&mut Message(&mut log));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
 
 /// A directory removed with everything in it on drop.
 pub(crate) struct TempDir(PathBuf);
@@ -78,6 +130,8 @@ pub(crate) struct Echo {
     pub(crate) socket: PathBuf,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) wake: Arc<EventFd>,
+    /// Passes of the echo thread over every queue pair, completed so far.
+    pub(crate) passes: Arc<AtomicU64>,
     pub(crate) thread: Option<JoinHandle<EchoOutcome>>,
     pub(crate) _dir: TempDir,
 }
@@ -97,16 +151,18 @@ impl Echo {
         let (port, qps) = Port::new(cfg).expect("port starts");
         let stop = Arc::new(AtomicBool::new(false));
         let wake = Arc::new(EventFd::new(EFD_NONBLOCK).expect("eventfd"));
-        let (s, w) = (Arc::clone(&stop), Arc::clone(&wake));
+        let passes = Arc::new(AtomicU64::new(0));
+        let (s, w, n) = (Arc::clone(&stop), Arc::clone(&wake), Arc::clone(&passes));
         let thread = std::thread::Builder::new()
             .name(format!("echo-{}", port.name()))
-            .spawn(move || echo_loop(qps, &s, &w))
+            .spawn(move || echo_loop(qps, &s, &w, &n))
             .expect("spawn the echo thread");
         Echo {
             port: Some(port),
             socket,
             stop,
             wake,
+            passes,
             thread: Some(thread),
             _dir: dir,
         }
@@ -142,6 +198,18 @@ impl Echo {
             rx: p.vring_counters(i).expect("rx vring exists"),
             tx: p.vring_counters(i + 1).expect("tx vring exists"),
         }
+    }
+
+    /// Waits until the echo thread has made two complete passes over every queue pair since
+    /// the call (waking it if it sleeps): everything the driver published before, on any ring,
+    /// has then been looked at by a burst that also finished counting. The positive event a
+    /// check that something did *not* happen waits for.
+    pub(crate) fn sync(&self) {
+        let start = self.passes.load(Ordering::Acquire);
+        wait_until("two passes of the echo thread", || {
+            let _ = self.wake.write(1);
+            self.passes.load(Ordering::Acquire) >= start + 2
+        });
     }
 
     /// Waits until pair `qp` has counted `tx` guest-TX frames and `rx` guest-RX frames, each
@@ -210,7 +278,12 @@ impl Drop for Echo {
 
 /// The echo data plane: bursts on every pair while there is work, then asks for TX kicks and
 /// sleeps.
-pub(crate) fn echo_loop(mut qps: Vec<QueuePair>, stop: &AtomicBool, wake: &EventFd) -> EchoOutcome {
+pub(crate) fn echo_loop(
+    mut qps: Vec<QueuePair>,
+    stop: &AtomicBool,
+    wake: &EventFd,
+    passes: &AtomicU64,
+) -> EchoOutcome {
     let mut poller = Poller::new().expect("poller");
     for qp in &mut qps {
         poller.add(qp).expect("watch queue pair");
@@ -222,6 +295,7 @@ pub(crate) fn echo_loop(mut qps: Vec<QueuePair>, stop: &AtomicBool, wake: &Event
     let mut timed_out = false;
     while !stop.load(Ordering::Acquire) {
         let moved: usize = qps.iter_mut().map(echo_burst).sum();
+        passes.fetch_add(1, Ordering::Release);
         if moved > 0 {
             // Work found after a timeout, with no kick pending since: a lost kick.
             if timed_out && poller.wait(Some(Duration::ZERO)).unwrap_or(0) == 0 {
@@ -239,6 +313,10 @@ pub(crate) fn echo_loop(mut qps: Vec<QueuePair>, stop: &AtomicBool, wake: &Event
         }
         if !pending {
             timed_out = poller.wait(Some(IDLE_WAIT)).expect("poller wait") == 0;
+            if poller.fired().any(|t| t == Token(STOP_TOKEN)) {
+                // A wake-up from [`Echo::sync`] (or the stop): level-triggered, so consume it.
+                let _ = wake.read();
+            }
         }
     }
     EchoOutcome { qps, missed_kicks }

@@ -124,10 +124,16 @@ fn client_role_connects_and_reconnects_with_backoff() {
         initial: Duration::from_millis(10),
         max: Duration::from_millis(40),
     };
-    // The port starts before the frontend's socket exists, and retries.
+    // The port starts before the frontend's socket exists, fails to connect (it says so) and
+    // retries.
+    let log = LogCapture::install();
     let echo = Echo::start(cfg, dir);
-    std::thread::sleep(Duration::from_millis(30));
+    let failed = format!("port client: cannot connect to {}", path.display());
+    wait_until("the port's failed connection attempt", || {
+        log.contains(&failed)
+    });
     assert!(!echo.port().is_connected());
+    assert_eq!(echo.port().connections(), 0);
     let listener = UnixListener::bind(&path).expect("bind");
     let mut tally = [Tally::default()];
 
@@ -207,9 +213,9 @@ fn memory_removed_under_buffers_in_flight() {
         .remove_mem_region(&region)
         .expect("REM_MEM_REG");
     let hdr = drv.zero_hdr();
-    for i in 0..8 {
-        drv.send_frame(0, &hdr, &frame(1000, seed(0, 1, i)), TxLayout::Single)
-            .unwrap();
+    let sent: Vec<Vec<u8>> = (0..8).map(|i| frame(1000, seed(0, 1, i))).collect();
+    for f in &sent {
+        drv.send_frame(0, &hdr, f, TxLayout::Single).unwrap();
     }
     drv.kick_tx(0);
     // Every chain comes back, whatever happened to it.
@@ -218,20 +224,55 @@ fn memory_removed_under_buffers_in_flight() {
         let c = echo.counters(0).tx;
         c.packets + c.dropped() == tally[0].frames + 8
     });
+    // The driver's allocator alternates buffers between the two regions, so half of the TX
+    // chains (4) point into the removed region and are dropped; the other 4 are echoed into
+    // the first 4 receive buffers, of which half (2) lie in the removed region.
     let c = echo.counters(0);
-    assert!(c.tx.drops_for(DropReason::BadAddress) > 0, "{c:?}");
-    assert_eq!(c.tx.dropped(), c.tx.drops_for(DropReason::BadAddress));
-    // Receive buffers in the removed region went back unwritten: the driver notices.
-    let _ = drv.recv_frames_until(0, 8, SETTLE);
-    drv.take_violations();
+    assert_eq!(c.tx.drops_for(DropReason::BadAddress), 4, "{c:?}");
+    assert_eq!(c.tx.dropped(), 4, "{c:?}");
+    assert_eq!(c.tx.packets, tally[0].frames + 4, "{c:?}");
+    // Receive buffers in the removed region went back unwritten (used length 0), and the
+    // driver notices: one element per echoed frame, two of them empty.
+    let got = drv.recv_frames_until(0, 4, TIMEOUT);
+    let (empty, written): (Vec<_>, Vec<_>) = got.iter().partition(|f| f.used[0].1 == 0);
+    assert_eq!(
+        (written.len(), empty.len()),
+        (2, 2),
+        "used elements: {got:?}"
+    );
+    let mut rest = sent.iter();
+    for f in &written {
+        assert!(
+            rest.any(|s| f.data == echoed(s)),
+            "a delivered frame is none of the sent ones, in order"
+        );
+    }
+    let mut want = Vec::new();
+    for f in &empty {
+        let id = f.used[0].0;
+        want.push(format!(
+            "vring 0: used id {id} len 0 is shorter than the {}-byte header",
+            drv.hdr_len()
+        ));
+        want.push(format!("vring 0: used id {id} has num_buffers 0"));
+    }
+    assert_eq!(drv.take_violations(), want);
+    let c = echo.settle(0, tally[0].frames + 8, tally[0].frames + 4);
+    assert_eq!(c.rx.packets, tally[0].frames + 2, "{c:?}");
+    assert_eq!(c.rx.drops_for(DropReason::BadAddress), 2, "{c:?}");
+    tally[0].add(&[sent[0].clone(), sent[0].clone()]);
     drv.frontend().add_mem_region(&region).expect("ADD_MEM_REG");
     traffic_flows(&mut drv, 1, 2, &mut tally);
     assert_no_violations(&drv);
     drop(drv);
     let c = echo.stop();
+    assert_eq!(c[0].rx.dropped(), 2, "{c:?}");
+    assert_eq!(c[0].rx.drops_for(DropReason::BadAddress), 2, "{c:?}");
+    assert_eq!(c[0].tx.dropped(), 4, "{c:?}");
+    // Exactly the traffic that was delivered, besides the drops.
     assert_eq!(
-        c[0].rx.dropped(),
-        c[0].rx.drops_for(DropReason::BadAddress),
+        (c[0].rx.packets, c[0].rx.bytes),
+        (tally[0].frames, tally[0].bytes),
         "{c:?}"
     );
 }
@@ -266,7 +307,7 @@ fn get_vring_base_stops_the_ring_and_resume_continues() {
         drv.send_frame(0, &hdr, f, TxLayout::Single).expect("send");
     }
     drv.kick_raw(tx).expect("kick");
-    std::thread::sleep(SETTLE);
+    echo.sync();
     assert!(drv.tx_completions(0).is_empty(), "a stopped ring was used");
     assert!(drv.recv_frames(0).is_empty());
     assert_eq!(echo.counters(0).tx.packets, 10);
@@ -301,8 +342,9 @@ fn vring_disable_and_enable_keeps_the_indices() {
         drv.send_frame(0, &hdr, f, TxLayout::Single).unwrap();
     }
     drv.kick_raw(drv.vring_index(0, false).unwrap()).unwrap();
-    std::thread::sleep(SETTLE);
+    echo.sync();
     assert!(drv.tx_completions(0).is_empty(), "a disabled ring was used");
+    assert_eq!(echo.counters(0).tx.packets, 7, "a disabled ring was read");
     drv.set_pair_enabled(0, true).expect("SET_VRING_ENABLE 1");
     let got = drv.recv_frames_until(0, queued.len(), TIMEOUT);
     assert_eq!(got.len(), queued.len());
@@ -320,13 +362,15 @@ fn vring_disable_and_enable_keeps_the_indices() {
 #[test]
 fn a_second_frontend_waits_for_the_first_to_leave() {
     let (echo, mut first, mut tally) = serving("two-frontends", DriverOpts::default());
-    let path = echo.socket().to_owned();
-    let second = std::thread::spawn(move || TestDriver::connect(&path, DriverOpts::default()));
-    std::thread::sleep(SETTLE);
-    // The port serves one frontend at a time: the first is still served.
-    assert_eq!(echo.port().connections(), 1);
+    // The second frontend's connection is made (queued on the listening socket) before the
+    // checks below, and its bring-up (GET_FEATURES first) is under way.
+    let stream = UnixStream::connect(echo.socket()).expect("second frontend connects");
+    let second = std::thread::spawn(move || TestDriver::from_stream(stream, DriverOpts::default()));
+    // The port serves one frontend at a time: the first is still served, the second waits.
     traffic_flows(&mut first, 1, 1, &mut tally);
     assert_no_violations(&first);
+    assert_eq!(echo.port().connections(), 1);
+    assert!(!second.is_finished(), "the second frontend was answered");
     drop(first);
     let mut second = second
         .join()

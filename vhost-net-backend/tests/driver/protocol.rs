@@ -5,6 +5,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
@@ -165,7 +166,7 @@ fn queue_num_and_mq_follow_the_pair_count() {
             drv.send_frame(last, &hdr, &frames[0], TxLayout::Single)
                 .unwrap();
             drv.kick_raw(drv.vring_index(last, false).unwrap()).unwrap();
-            std::thread::sleep(SETTLE);
+            echo.sync();
             assert!(
                 drv.tx_completions(last).is_empty(),
                 "a disabled ring was used"
@@ -240,10 +241,94 @@ fn max_mem_slots_and_add_mem_reg() {
     for r in &regions {
         drv.frontend().add_mem_region(r).expect("ADD_MEM_REG");
     }
+    // A frame through the hot-plugged memory: read from the first new region, written into
+    // the last one (the driver reaches them through their files, as the backend does).
+    echo_through_regions(&mut drv, &files, &regions, &mut tally);
     echo_batch(&mut drv, 1, &mut tally);
     for r in &regions {
         drv.frontend().remove_mem_region(r).expect("REM_MEM_REG");
     }
     echo_batch(&mut drv, 2, &mut tally);
     stop_clean(echo, &drv, tally, "memory slots");
+}
+
+/// Echoes one frame whose TX buffer lies in the first of the hot-plugged `regions` and whose
+/// RX buffer lies in the last, reading and writing them through their `files`: the port
+/// must have mapped both. Pair 0's receive ring is emptied first (by echoing one frame per
+/// buffer still posted), so the frame can only land in the hot-plugged buffer.
+fn echo_through_regions(
+    drv: &mut TestDriver,
+    files: &[File],
+    regions: &[VhostUserMemoryRegionInfo],
+    tally: &mut Tally,
+) {
+    let posted = drv.in_flight(0, true);
+    let fill: Vec<Vec<u8>> = (0..posted).map(|i| frame(60, seed(0, 7, i))).collect();
+    round_trip_tallied(drv, 0, &fill, tally);
+    assert_eq!(drv.in_flight(0, true), 0);
+
+    let f = frame(1514, seed(0, 8, 0));
+    let mut tx = drv.zero_hdr();
+    tx.extend_from_slice(&f);
+    let (src, dst) = (&regions[0], &regions[regions.len() - 1]);
+    files[0].write_all_at(&tx, 0).expect("write the tx buffer");
+    let rx_len = 2048u32;
+    files[files.len() - 1]
+        .write_all_at(&vec![0xee; rx_len as usize], 0)
+        .expect("clear the rx buffer");
+    let rx_head = drv.reserve_desc(0, true).expect("rx descriptor");
+    drv.write_desc(
+        0,
+        true,
+        rx_head,
+        dst.guest_phys_addr,
+        rx_len,
+        DESC_F_WRITE,
+        0,
+    )
+    .expect("write rx desc");
+    drv.push_avail(0, true, rx_head).expect("post rx");
+    drv.kick_rx(0);
+    let tx_head = drv.reserve_desc(0, false).expect("tx descriptor");
+    drv.write_desc(
+        0,
+        false,
+        tx_head,
+        src.guest_phys_addr,
+        tx.len() as u32,
+        0,
+        0,
+    )
+    .expect("write tx desc");
+    drv.push_avail(0, false, tx_head).expect("post tx");
+    drv.kick_raw(drv.vring_index(0, false).unwrap())
+        .expect("kick");
+
+    let want = (drv.hdr_len() + f.len()) as u32;
+    let mut rx_used = Vec::new();
+    let mut tx_used = Vec::new();
+    wait_until("the frame through the hot-plugged regions", || {
+        rx_used.extend(drv.poll_used_raw(0, true));
+        tx_used.extend(drv.poll_used_raw(0, false));
+        !rx_used.is_empty() && !tx_used.is_empty()
+    });
+    assert_eq!(rx_used, vec![(rx_head, want)], "rx used element");
+    assert_eq!(tx_used, vec![(tx_head, 0)], "tx used element");
+    let mut got = vec![0u8; want as usize];
+    files[files.len() - 1]
+        .read_exact_at(&mut got, 0)
+        .expect("read the rx buffer");
+    let mut expected = drv.zero_hdr();
+    expected.extend_from_slice(&echoed(&f));
+    if drv.acked_features() & bits::MRG_RXBUF != 0 {
+        // MRG_RXBUF: num_buffers (bytes 10..12) is 1.
+        expected[10] = 1;
+    }
+    assert!(
+        got == expected,
+        "the frame in the hot-plugged rx buffer differs"
+    );
+    drv.release_desc(0, true, rx_head).unwrap();
+    drv.release_desc(0, false, tx_head).unwrap();
+    tally.add(&[f]);
 }

@@ -2,8 +2,6 @@
 //! Frame sizes, features and layouts: every buffer layout, header size and ring size
 //! the driver can make carries frames byte-exact.
 
-use std::time::Duration;
-
 use vhost_net_backend::device::bits;
 use vhost_net_backend::test_utils::{
     DriverOpts, MemTableMode, RxLayout, TxLayout, VirtioNetHdr, DEFAULT_FEATURES, NET_HDR_LEN,
@@ -398,7 +396,7 @@ fn event_idx_used_event_suppresses_interrupts() {
     wait_until("the interrupt counted", || {
         echo.counters(0).rx.notifications > notified
     });
-    std::thread::sleep(Duration::from_millis(5));
+    echo.sync();
     assert_eq!(echo.counters(0).rx.notifications, notified + 1);
     let got = drv.recv_frames(0);
     assert_eq!(got.len(), 5);
@@ -425,7 +423,7 @@ fn no_interrupt_flag_suppresses_interrupts_without_event_idx() {
         !drv.take_call(0, true),
         "interrupt with VRING_AVAIL_F_NO_INTERRUPT"
     );
-    std::thread::sleep(Duration::from_millis(5));
+    echo.sync();
     assert_eq!(c.rx.notifications, notified);
     assert_eq!(echo.counters(0).rx.notifications, notified);
     drv.set_no_interrupt(0, true, false).unwrap();
