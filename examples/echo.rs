@@ -93,17 +93,26 @@ fn main() -> ExitCode {
         }
     };
 
-    if let Err(e) = run(&args, &mut qps, &stop) {
-        eprintln!("echo: {e}");
-        return ExitCode::FAILURE;
-    }
+    let cycles = match run(&args, &mut qps, &stop) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("echo: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     drop(port);
     vhu_examples::print_queue_counters(&qps);
+    vhu_examples::print_cycles(&cycles);
     ExitCode::SUCCESS
 }
 
-/// The data-plane loop: one thread serving every queue pair.
-fn run(args: &Args, qps: &mut [QueuePair], stop: &AtomicBool) -> std::io::Result<()> {
+/// The data-plane loop: one thread serving every queue pair. Returns where
+/// its cycles went.
+fn run(
+    args: &Args,
+    qps: &mut [QueuePair],
+    stop: &AtomicBool,
+) -> std::io::Result<std::sync::Arc<vhost_net_backend::LoopCycles>> {
     let mut poller = vhu_examples::data_plane_poller(args.cpu, qps)?;
     let mode = match args.poll {
         PollMode::Busy => poll::PollMode::Busy,
@@ -118,7 +127,7 @@ fn run(args: &Args, qps: &mut [QueuePair], stop: &AtomicBool) -> std::io::Result
         }
         poll.round(moved, false, qps, &mut poller)?;
     }
-    Ok(())
+    Ok(std::sync::Arc::clone(poll.cycles()))
 }
 
 /// Reflects up to `burst` frames of one queue pair. Returns frames moved.

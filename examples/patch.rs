@@ -363,6 +363,8 @@ struct DataPlane<U> {
     rx_no_guest: u64,
     /// Uplink `rx_burst` errors.
     rx_errors: u64,
+    /// Where the data-plane thread's cycles went.
+    cycles: std::sync::Arc<vhost_net_backend::LoopCycles>,
     /// The acked feature set last applied.
     acked: u64,
     /// Frames are waiting for guest RX buffers.
@@ -380,6 +382,7 @@ impl<U: Uplink> DataPlane<U> {
             tx_flush_errors: 0,
             rx_no_guest: 0,
             rx_errors: 0,
+            cycles: std::sync::Arc::default(),
             acked: 0,
             rx_blocked: false,
         }
@@ -425,6 +428,7 @@ impl<U: Uplink> DataPlane<U> {
             poller.add_fd(self.uplink.rx_fd(), TOKEN_UPLINK)?;
         }
         let mut poll = PollLoop::new(mode, Duration::from_micros(args.idle_us));
+        self.cycles = std::sync::Arc::clone(poll.cycles());
         while !stop.load(Ordering::Relaxed) {
             // One atomic load: the port mirrors the acked set lock-free.
             self.refresh_features(port);
@@ -529,6 +533,7 @@ fn count_error(count: &mut u64) -> bool {
 
 fn print_counters<U: Uplink>(qps: &[QueuePair], dp: &DataPlane<U>) {
     vhu_examples::print_queue_counters(qps);
+    vhu_examples::print_cycles(&dp.cycles);
     let u = dp.uplink.counters();
     println!(
         "uplink={} rx_packets={} rx_bytes={} rx_dropped={} tx_packets={} tx_bytes={} tx_dropped={}",

@@ -102,6 +102,23 @@ pub use vhost_net_backend::error_chain;
 
 /// Prints one `qp=` line of counters per queue pair on stdout (the format the
 /// end-to-end tests parse) and the non-zero drop reasons on stderr.
+/// Prints where the data-plane thread's cycles went, on exit:
+/// `cycles busy=N idle=N frames=N busy_per_frame=X busy_fraction=Y` (TSC
+/// cycles; `-` where nothing moved).
+pub fn print_cycles(c: &vhost_net_backend::LoopCycles) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let opt = |v: Option<f64>, d: usize| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.d$}"));
+    println!(
+        "cycles busy={} idle={} frames={} busy_per_frame={} busy_fraction={}",
+        c.busy_cycles.load(Relaxed),
+        c.idle_cycles.load(Relaxed),
+        c.frames.load(Relaxed),
+        opt(c.busy_cycles_per_frame(), 1),
+        opt(c.busy_fraction(), 3),
+    );
+}
+
+/// Prints each queue pair's counters, on exit.
 pub fn print_queue_counters(qps: &[QueuePair]) {
     for qp in qps {
         let tx = qp.tx.counters();
