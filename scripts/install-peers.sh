@@ -5,7 +5,8 @@
 #
 #   * Debian packages: dpdk-dev (dpdk-testpmd), busybox-static, cpio, iproute2,
 #     kmod, procps (kill), tcpdump (reads the switch's captures), prometheus (promtool checks
-#     the switch's metrics);
+#     the switch's metrics), containernetworking-plugins (the reference CNI
+#     IPAM plugin host-local, in /usr/lib/cni, for vhu-cni's tests);
 #   * QEMU >= 10 (qemu-system-x86) from bookworm-backports: bookworm's QEMU 7.2
 #     segfaults when a TCG guest starts a vhost-user net device;
 #   * the Debian cloud guest kernel, unpacked into the peers directory
@@ -24,7 +25,7 @@ export VHU_PEERS_DIR=$peers_dir
 export DEBIAN_FRONTEND=noninteractive
 
 # Packages from bookworm itself.
-base_packages=(dpdk-dev busybox-static cpio iproute2 kmod procps tcpdump prometheus)
+base_packages=(dpdk-dev busybox-static cpio iproute2 kmod procps tcpdump prometheus containernetworking-plugins)
 # Suite that carries QEMU 10, and the first QEMU major that works with TCG
 # guests and vhost-user.
 backports=bookworm-backports
