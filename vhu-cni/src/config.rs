@@ -462,3 +462,196 @@ pub fn parse_mac(field: &str, m: &str) -> Result<MacAddr, CniError> {
     }
     Ok(mac)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{INVALID_CONFIG, UNSUPPORTED_FIELD};
+
+    fn conf(extra: &str, version: &str) -> String {
+        format!(r#"{{"cniVersion":"{version}","name":"net1","type":"vhu-cni"{extra}}}"#)
+    }
+
+    #[test]
+    fn every_version_parses() {
+        for v in SUPPORTED_VERSIONS {
+            let c = NetConf::parse(conf(r#","kind":"vhost-user""#, v).as_bytes()).unwrap();
+            assert_eq!(c.cni_version, *v);
+            assert_eq!(c.kind, Kind::VhostUser);
+            assert_eq!(c.vm_role, VmRole::Server);
+            assert_eq!(c.control_socket, PathBuf::from(DEFAULT_CONTROL_SOCKET));
+            assert_eq!(c.host_socket_dir, DEFAULT_HOST_SOCKET_DIR);
+        }
+        let full = conf(
+            r#","kind":"vhost-user","vmRole":"client","vlan":{"trunk":[10,20],"native":10},
+            "mtu":9000,"mac":"02:00:00:00:00:07","queues":4,"hostSocketDir":"/run/s",
+            "socketOwner":"107","socketGroup":"kvm","socketMode":"0660","controlSocket":"/x.sock",
+            "stateDir":"/tmp/st","ipam":{"type":"host-local","subnet":"10.1.0.0/24"},
+            "capabilities":{"CNIDeviceInfoFile":true},
+            "runtimeConfig":{"CNIDeviceInfoFile":"/run/di/x","portMappings":[]},
+            "prevResult":{"cniVersion":"1.1.0"}"#,
+            "1.1.0",
+        );
+        let c = NetConf::parse(full.as_bytes()).unwrap();
+        assert_eq!(c.vm_role, VmRole::Client);
+        assert_eq!(c.mtu, Some(9000));
+        assert_eq!(c.queues, Some(4));
+        assert_eq!(c.mac.unwrap().to_string(), "02:00:00:00:00:07");
+        assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
+        assert_eq!(c.runtime.device_info_file.as_deref(), Some("/run/di/x"));
+        assert!(c.is_1_1());
+        let t = NetConf::parse(conf(r#","kind":"tap","vlan":5"#, "1.0.0").as_bytes()).unwrap();
+        assert_eq!((t.kind, t.vlan), (Kind::Tap, Some(Vlan::Access(5))));
+    }
+
+    #[test]
+    fn roles_map_to_device_info() {
+        assert_eq!(VmRole::Server.switch_role(), Role::Client);
+        assert_eq!(VmRole::Server.device_info_mode(), "client");
+        assert_eq!(VmRole::Client.switch_role(), Role::Server);
+        assert_eq!(VmRole::Client.device_info_mode(), "server");
+    }
+
+    #[test]
+    fn bad_configs_get_exact_codes() {
+        let vu = r#","kind":"vhost-user""#;
+        let cases: &[(String, u32, &str)] = &[
+            ("not json".into(), DECODE, "not JSON"),
+            ("[1]".into(), DECODE, "must be a JSON object"),
+            (
+                r#"{"name":"n","type":"t","kind":"tap"}"#.into(),
+                INVALID_CONFIG,
+                "cniVersion is missing",
+            ),
+            (
+                r#"{"cniVersion":1,"name":"n","type":"t"}"#.into(),
+                INVALID_CONFIG,
+                "must be a string",
+            ),
+            (
+                conf(vu, "0.3.1"),
+                INCOMPATIBLE_VERSION,
+                "\"0.3.1\" is not supported",
+            ),
+            (
+                conf(vu, "2.0.0"),
+                INCOMPATIBLE_VERSION,
+                "use one of 0.4.0, 1.0.0, 1.1.0",
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","type":"t","kind":"tap"}"#.into(),
+                INVALID_CONFIG,
+                "name is missing",
+            ),
+            (
+                conf(r#","kind":"tap","vlna":3"#, "1.0.0"),
+                UNSUPPORTED_FIELD,
+                "unsupported field \"vlna\" = 3",
+            ),
+            (conf("", "1.0.0"), INVALID_CONFIG, "kind is missing"),
+            (
+                conf(r#","kind":"macvlan""#, "1.0.0"),
+                INVALID_CONFIG,
+                "kind \"macvlan\" is unknown",
+            ),
+            (
+                conf(r#","kind":"vhost-user","vmRole":"both""#, "1.0.0"),
+                INVALID_CONFIG,
+                "vmRole \"both\" is unknown",
+            ),
+            (
+                conf(r#","kind":"tap","vmRole":"client""#, "1.0.0"),
+                INVALID_CONFIG,
+                "vmRole applies only",
+            ),
+            (
+                conf(r#","kind":"vhost-user","vlan":4095"#, "1.0.0"),
+                INVALID_CONFIG,
+                "vlan: VLAN id 4095 is out of range 1-4094",
+            ),
+            (
+                conf(r#","kind":"vhost-user","vlan":"ten""#, "1.0.0"),
+                INVALID_CONFIG,
+                "invalid network configuration",
+            ),
+            (
+                conf(r#","kind":"vhost-user","mtu":50"#, "1.0.0"),
+                INVALID_CONFIG,
+                "mtu: 50 is out of range 68-9216",
+            ),
+            (
+                conf(r#","kind":"vhost-user","mtu":"1500""#, "1.0.0"),
+                INVALID_CONFIG,
+                "invalid type",
+            ),
+            (
+                conf(r#","kind":"vhost-user","queues":0"#, "1.0.0"),
+                INVALID_CONFIG,
+                "queues: 0 is out of range 1-128",
+            ),
+            (
+                conf(r#","kind":"tap","queues":65"#, "1.0.0"),
+                INVALID_CONFIG,
+                "queues: 65 is out of range 1-64",
+            ),
+            (
+                conf(r#","kind":"vhost-user","mac":"01:00:5e:00:00:01""#, "1.0.0"),
+                INVALID_CONFIG,
+                "not a unicast",
+            ),
+            (
+                conf(r#","kind":"vhost-user","mac":"zz""#, "1.0.0"),
+                INVALID_CONFIG,
+                "mac \"zz\" is not a MAC",
+            ),
+            (
+                conf(r#","kind":"vhost-user","socketMode":"0999""#, "1.0.0"),
+                INVALID_CONFIG,
+                "socketMode: \"0999\" is not an octal",
+            ),
+            (
+                conf(r#","kind":"vhost-user","socketOwner":"bad name""#, "1.0.0"),
+                INVALID_CONFIG,
+                "socketOwner: \"bad name\"",
+            ),
+            (
+                conf(r#","kind":"vhost-user","hostSocketDir":"rel/dir""#, "1.0.0"),
+                INVALID_CONFIG,
+                "hostSocketDir \"rel/dir\" must be an absolute path",
+            ),
+            (
+                conf(r#","kind":"vhost-user","hostSocketDir":"/a/../b""#, "1.0.0"),
+                INVALID_CONFIG,
+                "\"..\" components",
+            ),
+            (
+                conf(r#","kind":"vhost-user","ipam":{}"#, "1.0.0"),
+                INVALID_CONFIG,
+                "ipam.type is missing",
+            ),
+            (
+                conf(r#","kind":"vhost-user","ipam":{"type":"../x"}"#, "1.0.0"),
+                INVALID_CONFIG,
+                "ipam.type \"../x\" is not a valid name",
+            ),
+            (
+                conf(
+                    r#","kind":"vhost-user","runtimeConfig":{"CNIDeviceInfoFile":"x"}"#,
+                    "1.0.0",
+                ),
+                INVALID_CONFIG,
+                "runtimeConfig.CNIDeviceInfoFile \"x\" must be an absolute path",
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","name":"a b","type":"t","kind":"tap"}"#.into(),
+                INVALID_CONFIG,
+                "name \"a b\" is not a valid name",
+            ),
+        ];
+        for (c, code, msg) in cases {
+            let e = NetConf::parse(c.as_bytes()).expect_err(c);
+            assert_eq!(e.code, *code, "{c}: {e}");
+            assert!(e.msg.contains(msg), "{c}: {:?} lacks {msg:?}", e.msg);
+        }
+    }
+}

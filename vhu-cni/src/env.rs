@@ -193,3 +193,62 @@ pub fn parse_args(s: &str) -> Result<BTreeMap<String, String>, CniError> {
     }
     Ok(m)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(cmd: Command, vars: &[(&str, &str)]) -> Result<CniEnv, CniError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        CniEnv::read(cmd, &move |k| {
+            vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn variables() {
+        let ok = [
+            ("CNI_CONTAINERID", "c1"),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_NETNS", "/run/netns/x"),
+            ("CNI_PATH", "/a:/b"),
+            ("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_UID=u-1;FOO=bar"),
+        ];
+        let e = read(Command::Add, &ok).unwrap();
+        assert_eq!(e.pod_uid(), Some("u-1"));
+        assert_eq!(e.path, [PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert!(read(Command::Del, &ok[..2]).unwrap().netns.is_empty());
+        for (vars, msg) in [
+            (&ok[1..], "CNI_CONTAINERID is not set"),
+            (&[ok[0], ok[2]][..], "CNI_IFNAME is not set"),
+            (&ok[..2], "CNI_NETNS is not set"),
+            (&[ok[0], ("CNI_IFNAME", "a/b"), ok[2]][..], "CNI_IFNAME: "),
+            (
+                &[("CNI_CONTAINERID", "-x"), ok[1], ok[2]][..],
+                "CNI_CONTAINERID: ",
+            ),
+            (
+                &[ok[0], ok[1], ("CNI_NETNS", "rel")][..],
+                "must be an absolute path",
+            ),
+            (
+                &[ok[0], ok[1], ok[2], ("CNI_ARGS", "FOO=1")][..],
+                "unknown key \"FOO\"",
+            ),
+            (
+                &[ok[0], ok[1], ok[2], ("CNI_ARGS", "FOO")][..],
+                "is not KEY=VALUE",
+            ),
+        ] {
+            let e = read(Command::Add, vars).unwrap_err();
+            assert_eq!(e.code, crate::error::INVALID_ENV);
+            assert!(e.msg.contains(msg), "{:?} lacks {msg:?}", e.msg);
+        }
+        assert_eq!(Command::parse(Some("ADD")).unwrap(), Command::Add);
+        assert_eq!(Command::parse(None).unwrap_err().code, 4);
+        assert_eq!(Command::parse(Some("FOO")).unwrap_err().code, 4);
+    }
+}
