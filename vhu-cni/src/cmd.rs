@@ -43,12 +43,6 @@ pub fn run(get: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Result<Option<
             ),
         ));
     }
-    if cmd == Command::Check && conf.cni_version == "0.3.1" {
-        return Err(CniError::new(
-            INCOMPATIBLE_VERSION,
-            "CHECK needs cniVersion 0.4.0 or later",
-        ));
-    }
     let env = CniEnv::read(cmd, get)?;
     match cmd {
         Command::Add => add(&conf, &env).map(Some),
