@@ -244,6 +244,40 @@ fn check_result(version: &str, r: &Value, sandbox: &str, socket: Option<&Path>) 
     mac
 }
 
+/// Bad ADDs, one a line: `code | message part | environment edits | the
+/// configuration's fields over the defaults`. Edits: `VAR=value` sets,
+/// `VAR` unsets, `CID=` names the container; `RAW:` gives stdin as it is;
+/// `@DIR@` is the run directory. `taken` has a socket directory already,
+/// `keep` is attached.
+const BAD: &str = r#"6 | not JSON | - | RAW:{
+1 | "0.3.1" is not supported | - | {"cniVersion": "0.3.1"}
+7 | cniVersion is missing | - | {"cniVersion": null}
+7 | name is missing | - | {"name": null}
+7 | kind is missing | - | {"kind": null}
+7 | kind "veth" is unknown | - | {"kind": "veth"}
+7 | vmRole "master" is unknown | - | {"vmRole": "master"}
+7 | vlan: VLAN id 4095 is out of range 1-4094 | - | {"vlan": 4095}
+7 | must also be in the trunk | - | {"vlan": {"trunk": [5], "native": 6}}
+7 | invalid type: string "big" | - | {"mtu": "big"}
+7 | queues: 500 is out of range 1-128 | - | {"queues": 500}
+7 | not a unicast | - | {"mac": "ff:ff:ff:ff:ff:ff"}
+7 | socketMode: "rw" is not an octal | - | {"socketMode": "rw"}
+2 | unsupported field "colour" | - | {"colour": "red"}
+7 | socketOwner applies only | - | {"kind": "tap", "hostSocketDir": null, "socketOwner": "qemu"}
+7 | must be an absolute path | - | {"hostSocketDir": "relative"}
+11 | the switch does not answer | - | {"controlSocket": "@DIR@/nope.sock"}
+7 | ipam.type "no-such-ipam": no such plugin in CNI_PATH | - | {"ipam": {"type": "no-such-ipam"}}
+999 | IPAM plugin host-local ADD: invalid CIDR address: 300.1.0.0/24 | - | {"ipam": {"type": "host-local", "subnet": "300.1.0.0/24", "dataDir": "@DIR@/ipam"}}
+101 | exists already | CID=taken | {}
+101 | exists already | CID=keep | {}
+4 | CNI_IFNAME is not set | CNI_IFNAME | {}
+4 | unknown key "COLOR" | CNI_ARGS=K8S_POD_UID=x;COLOR=1 | {}
+4 | CNI_COMMAND "ATTACH" is unknown | CNI_COMMAND=ATTACH | {}
+4 | CNI_NETNS is not set | CNI_NETNS | {}
+4 | CNI_PATH is not set | CNI_PATH | {}
+7 | mtu: 40 is out of range | - | {"kind": "tap", "hostSocketDir": null, "mtu": 40}
+4 | CNI_ARGS has no K8S_POD_UID | CNI_ARGS= | {"hostSocketDir": "/tmp/{podUID}/x"}"#;
+
 #[test]
 #[ignore = "needs root, vhu-switch and host-local; run with --include-ignored"]
 fn cni_plugin_against_a_live_switch() {
@@ -448,195 +482,52 @@ fn cni_plugin_against_a_live_switch() {
         cni.ok("ADD", "keep", &sandbox, &pod_uid("keep"), &base);
         std::fs::create_dir_all(cni.hosts.join(format!("pod-taken/{IFNAME}"))).unwrap();
         let before = cni.snapshot(&sw);
-        let c = |extra: Value| cni.conf("1.0.0", extra).to_string();
-        let add_env = |cid: &str| {
-            vec![
+        assert!(BAD.lines().count() >= 20);
+        for (i, row) in BAD.lines().enumerate() {
+            let f: Vec<&str> = row.splitn(4, " | ").map(str::trim).collect();
+            let [code, msg, env_edit, extra] = f[..] else {
+                panic!("bad row {row:?}");
+            };
+            let mut cid = format!("b{i}");
+            let mut env: Vec<(&str, String)> = Vec::new();
+            let mut args = None;
+            for e in env_edit.split_whitespace().filter(|e| *e != "-") {
+                match e.split_once('=') {
+                    Some(("CID", v)) => cid = v.to_owned(),
+                    Some(("CNI_ARGS", v)) => args = Some(v.to_owned()),
+                    Some((k, v)) => env.push((k, v.to_owned())),
+                    None => env.push((e, String::new())),
+                }
+            }
+            let mut full = vec![
                 ("CNI_COMMAND", "ADD".to_owned()),
-                ("CNI_CONTAINERID", cid.to_owned()),
+                ("CNI_CONTAINERID", cid.clone()),
                 ("CNI_NETNS", sandbox.clone()),
                 ("CNI_IFNAME", IFNAME.to_owned()),
-                ("CNI_ARGS", pod_uid(cid)),
+                ("CNI_ARGS", args.unwrap_or_else(|| pod_uid(&cid))),
                 ("CNI_PATH", CNI_PATH.to_owned()),
-            ]
-        };
-        let with = |cid: &str, k: &'static str, v: Option<&str>| {
-            let mut e = add_env(cid);
-            e.retain(|(n, _)| *n != k);
-            if let Some(v) = v {
-                e.push((k, v.to_owned()));
+            ];
+            for (k, v) in &env {
+                full.retain(|(n, _)| n != k);
+                if !v.is_empty() {
+                    full.push((k, v.clone()));
+                }
             }
-            e
-        };
-        let cases: Vec<(Vec<(&str, String)>, String, u64, &str)> = vec![
-            (add_env("b1"), "{".into(), 6, "not JSON"),
-            (
-                add_env("b2"),
-                c(json!({"cniVersion": "0.3.1"})),
-                1,
-                "\"0.3.1\" is not supported",
-            ),
-            (
-                add_env("b3"),
-                c(json!({"cniVersion": null})),
-                7,
-                "cniVersion is missing",
-            ),
-            (
-                add_env("b4"),
-                c(json!({"name": null})),
-                7,
-                "name is missing",
-            ),
-            (
-                add_env("b5"),
-                c(json!({"kind": null})),
-                7,
-                "kind is missing",
-            ),
-            (
-                add_env("b6"),
-                c(json!({"kind": "veth"})),
-                7,
-                "kind \"veth\" is unknown",
-            ),
-            (
-                add_env("b7"),
-                c(json!({"vmRole": "master"})),
-                7,
-                "vmRole \"master\" is unknown",
-            ),
-            (
-                add_env("b8"),
-                c(json!({"vlan": 4095})),
-                7,
-                "vlan: VLAN id 4095 is out of range 1-4094",
-            ),
-            (
-                add_env("b9"),
-                c(json!({"vlan": {"trunk": [5], "native": 6}})),
-                7,
-                "must also be in the trunk",
-            ),
-            (
-                add_env("b10"),
-                c(json!({"mtu": "big"})),
-                7,
-                "invalid type: string \"big\"",
-            ),
-            (
-                add_env("b11"),
-                c(json!({"queues": 500})),
-                7,
-                "queues: 500 is out of range 1-128",
-            ),
-            (
-                add_env("b12"),
-                c(json!({"mac": "ff:ff:ff:ff:ff:ff"})),
-                7,
-                "not a unicast",
-            ),
-            (
-                add_env("b13"),
-                c(json!({"socketMode": "rw"})),
-                7,
-                "socketMode: \"rw\" is not an octal",
-            ),
-            (
-                add_env("b14"),
-                c(json!({"colour": "red"})),
-                2,
-                "unsupported field \"colour\"",
-            ),
-            (
-                add_env("b15"),
-                c(json!({"kind": "tap", "hostSocketDir": null, "socketOwner": "qemu"})),
-                7,
-                "socketOwner applies only",
-            ),
-            (
-                add_env("b16"),
-                c(json!({"hostSocketDir": "relative"})),
-                7,
-                "must be an absolute path",
-            ),
-            (
-                add_env("b17"),
-                c(json!({"controlSocket": cni.dir.join("nope.sock")})),
-                11,
-                "the switch does not answer",
-            ),
-            (
-                add_env("b18"),
-                c(json!({"ipam": {"type": "no-such-ipam"}})),
-                7,
-                "ipam.type \"no-such-ipam\": no such plugin in CNI_PATH",
-            ),
-            (
-                add_env("b19"),
-                c(
-                    json!({"ipam": {"type": "host-local", "subnet": "300.1.0.0/24", "dataDir": cni.ipam_data}}),
-                ),
-                // host-local's own code, passed on.
-                999,
-                "IPAM plugin host-local ADD: invalid CIDR address: 300.1.0.0/24",
-            ),
-            (add_env("taken"), c(json!({})), 101, "exists already"),
-            (add_env("keep"), c(json!({})), 101, "exists already"),
-            (
-                with("b22", "CNI_IFNAME", None),
-                c(json!({})),
-                4,
-                "CNI_IFNAME is not set",
-            ),
-            (
-                with("b23", "CNI_ARGS", Some("K8S_POD_UID=x;COLOR=1")),
-                c(json!({})),
-                4,
-                "unknown key \"COLOR\"",
-            ),
-            (
-                with("b24", "CNI_COMMAND", Some("ATTACH")),
-                c(json!({})),
-                4,
-                "CNI_COMMAND \"ATTACH\" is unknown",
-            ),
-            (
-                with("b25", "CNI_NETNS", None),
-                c(json!({})),
-                4,
-                "CNI_NETNS is not set",
-            ),
-            (
-                with("b26", "CNI_PATH", None),
-                c(json!({})),
-                4,
-                "CNI_PATH is not set",
-            ),
-            (
-                add_env("b27"),
-                c(
-                    json!({"kind": "tap", "hostSocketDir": null, "mac": "02:00:00:00:00:01", "mtu": 40}),
-                ),
-                7,
-                "mtu: 40 is out of range",
-            ),
-            (
-                with("b28", "CNI_ARGS", Some("")),
-                c(json!({"hostSocketDir": "/tmp/{podUID}/x"})),
-                4,
-                "CNI_ARGS has no K8S_POD_UID",
-            ),
-        ];
-        assert!(cases.len() >= 20);
-        for (env, stdin, code, msg) in &cases {
-            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let o = cni.run_raw(&env, stdin.as_bytes());
-            assert!(!o.ok, "{stdin}: accepted: {}", o.stdout);
-            assert_eq!(o.code(), *code, "{stdin}: {}", o.stdout);
+            let extra = extra.replace("@DIR@", cni.dir.to_str().unwrap());
+            let stdin = match extra.strip_prefix("RAW:") {
+                Some(raw) => raw.to_owned(),
+                None => cni
+                    .conf("1.0.0", serde_json::from_str(&extra).expect(row))
+                    .to_string(),
+            };
+            let full: Vec<(&str, &str)> = full.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let o = cni.run_raw(&full, stdin.as_bytes());
+            assert!(!o.ok, "{row}: accepted: {}", o.stdout);
+            assert_eq!(o.code().to_string(), code, "{row}: {}", o.stdout);
             let m = o.json["msg"].as_str().unwrap_or_default();
-            assert!(m.contains(msg), "{stdin}: {m:?} lacks {msg:?}");
+            assert!(m.contains(msg), "{row}: {m:?} lacks {msg:?}");
             assert!(o.json["cniVersion"].is_string(), "{}", o.stdout);
-            assert_eq!(cni.snapshot(&sw), before, "{stdin} changed something");
+            assert_eq!(cni.snapshot(&sw), before, "{row} changed something");
         }
         cni.ok("DEL", "keep", "", &pod_uid("keep"), &base);
     }

@@ -124,6 +124,22 @@ pub struct Record {
     pub device_info_file: Option<String>,
 }
 
+impl Record {
+    /// The record of `env`'s attachment to port `port`.
+    pub fn new(conf: &NetConf, env: &CniEnv, port: &str, host: Option<HostDirs>) -> Self {
+        Self {
+            network: conf.name.clone(),
+            container_id: env.container_id.clone(),
+            ifname: env.ifname.clone(),
+            netns: env.netns.clone(),
+            args: env.args_raw.clone(),
+            port: port.to_owned(),
+            host,
+            device_info_file: conf.runtime.device_info_file.clone(),
+        }
+    }
+}
+
 /// The record file of a port.
 pub fn record_path(conf: &NetConf, port: &str) -> PathBuf {
     conf.state_dir.join(&conf.name).join(format!("{port}.json"))

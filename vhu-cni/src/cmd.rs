@@ -364,19 +364,7 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
             });
             write_device_info(f, conf, &pod_socket)?;
         }
-        attach::write_record(
-            &record,
-            &Record {
-                network: conf.name.clone(),
-                container_id: env.container_id.clone(),
-                ifname: env.ifname.clone(),
-                netns: env.netns.clone(),
-                args: env.args_raw.clone(),
-                port: port.clone(),
-                host: dirs.clone(),
-                device_info_file: conf.runtime.device_info_file.clone(),
-            },
-        )?;
+        attach::write_record(&record, &Record::new(conf, env, &port, dirs.clone()))?;
         Ok(result::build(
             &conf.cni_version,
             &Attached {
@@ -429,18 +417,12 @@ fn remove(conf: &NetConf, rec: &Record, ipam: Option<&Ipam>) -> Result<(), CniEr
 fn del(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
     let port = attach::port_name(&conf.name, &env.container_id, &env.ifname);
     let stored = attach::read_record(&attach::record_path(conf, &port));
-    let rec = stored.unwrap_or_else(|| Record {
-        network: conf.name.clone(),
-        container_id: env.container_id.clone(),
-        ifname: env.ifname.clone(),
-        netns: env.netns.clone(),
-        args: env.args_raw.clone(),
-        port: port.clone(),
-        host: match conf.kind {
+    let rec = stored.unwrap_or_else(|| {
+        let host = match conf.kind {
             Kind::VhostUser => attach::host_dirs(conf, env).ok(),
             Kind::Tap => None,
-        },
-        device_info_file: conf.runtime.device_info_file.clone(),
+        };
+        Record::new(conf, env, &port, host)
     });
     let mut rec = rec;
     // This DEL's own view wins where it has one.

@@ -11,7 +11,7 @@
 //! |---|---|
 //! | [`cmd`] | ADD, DEL, CHECK, STATUS, GC, VERSION |
 //! | [`config`] | the network configuration and its checks |
-//! | [`env`] | the `CNI_*` environment variables |
+//! | [`mod@env`] | the `CNI_*` environment variables |
 //! | [`attach`] | an attachment's names and paths, and its record |
 //! | [`ipam`] | the delegated IPAM plugin |
 //! | [`link`] | moving and configuring a TAP in the pod |
