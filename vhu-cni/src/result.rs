@@ -104,3 +104,50 @@ pub fn build(version: &str, a: &Attached, ipam: Option<&Value>) -> Value {
     r.insert("dns".into(), dns);
     Value::Object(r)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_per_version() {
+        let ipam = json!({"cniVersion": "1.0.0",
+            "ips": [{"address": "10.0.0.2/24", "gateway": "10.0.0.1"}, {"address": "fd00::2/64"}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1"}], "dns": {"nameservers": ["10.0.0.53"]}});
+        let a = Attached {
+            ifname: "net1".into(),
+            mac: "02:00:00:00:00:01".into(),
+            sandbox: "/run/netns/x".into(),
+            mtu: Some(9000),
+            socket_path: Some("/h/net1/sock".into()),
+        };
+        let r = build("0.4.0", &a, Some(&ipam));
+        assert_eq!(
+            r,
+            json!({"cniVersion": "0.4.0",
+                "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:01", "sandbox": "/run/netns/x"}],
+                "ips": [{"version": "4", "interface": 0, "address": "10.0.0.2/24", "gateway": "10.0.0.1"},
+                        {"version": "6", "interface": 0, "address": "fd00::2/64"}],
+                "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1"}], "dns": {"nameservers": ["10.0.0.53"]}})
+        );
+        let r = build("1.0.0", &a, Some(&ipam));
+        assert!(r["ips"][0].get("version").is_none());
+        assert!(r["interfaces"][0].get("socketPath").is_none());
+        let r = build("1.1.0", &a, None);
+        assert_eq!(
+            r,
+            json!({"cniVersion": "1.1.0",
+                "interfaces": [{"name": "net1", "mac": "02:00:00:00:00:01", "sandbox": "/run/netns/x",
+                                "mtu": 9000, "socketPath": "/h/net1/sock"}],
+                "ips": [], "routes": [], "dns": {}})
+        );
+        assert_eq!(ipam_addrs(&ipam), ["10.0.0.2/24", "fd00::2/64"]);
+        assert_eq!(
+            ipam_routes(&ipam),
+            [Route {
+                dst: "0.0.0.0/0".into(),
+                gw: Some("10.0.0.1".into())
+            }]
+        );
+    }
+}
