@@ -6,7 +6,8 @@
 #   * Debian packages: dpdk-dev (dpdk-testpmd), busybox-static, cpio, iproute2,
 #     kmod, procps (kill), tcpdump (reads the switch's captures), prometheus (promtool checks
 #     the switch's metrics), socat (bridges the control socket to loopback TCP),
-#     python3-venv;
+#     python3-venv, containernetworking-plugins (the reference CNI IPAM plugin
+#     host-local, in /usr/lib/cni, for vhu-cni's tests);
 #   * schemathesis (PyPI, pinned) in a virtualenv under the peers directory
 #     (${VHU_PEERS_DIR:-/var/cache/vhu-peers}/venv/bin/st): fuzzes the switch's
 #     control API from its OpenAPI document;
@@ -31,7 +32,7 @@ export VHU_PEERS_DIR=$peers_dir
 export DEBIAN_FRONTEND=noninteractive
 
 # Packages from bookworm itself.
-base_packages=(dpdk-dev busybox-static cpio iproute2 kmod procps tcpdump prometheus socat python3-venv)
+base_packages=(dpdk-dev busybox-static cpio iproute2 kmod procps tcpdump prometheus socat python3-venv containernetworking-plugins)
 # Suite that carries QEMU 10, and the first QEMU major that works with TCG
 # guests and vhost-user.
 backports=bookworm-backports

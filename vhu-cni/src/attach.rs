@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! One attachment (network, container, interface): the switch port's
+//! name, the TAP's name, the socket's host and in-pod paths, the MAC, and
+//! the record kept for DEL and GC.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use vhu_api::MacAddr;
+
+use crate::config::{NetConf, POD_SOCKET_DIR};
+use crate::env::CniEnv;
+use crate::error::CniError;
+
+/// Prefix of every port this plugin creates.
+pub const PORT_PREFIX: &str = "cni-";
+
+/// 64-bit FNV-1a of `parts`, each followed by a NUL, from `seed`.
+fn fnv(seed: u64, parts: &[&str]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for p in parts {
+        for b in p.bytes().chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The port-name prefix of a network's ports: `cni-<8 hex>-`.
+pub fn network_prefix(network: &str) -> String {
+    format!("{PORT_PREFIX}{:08x}-", fnv(0, &[network]) as u32)
+}
+
+/// An attachment's switch port name: `cni-<network hash>-<attachment hash>`
+/// (29 characters, within the API's port-name rules).
+pub fn port_name(network: &str, container_id: &str, ifname: &str) -> String {
+    format!(
+        "{}{:016x}",
+        network_prefix(network),
+        fnv(1, &[network, container_id, ifname])
+    )
+}
+
+/// The TAP's name on the host, before it moves into the pod: `vhu` + 12 hex.
+pub fn tap_name(port: &str) -> String {
+    format!("vhu{:012x}", fnv(2, &[port]) & 0xffff_ffff_ffff)
+}
+
+/// A MAC derived from the port name: locally administered, unicast.
+pub fn derived_mac(port: &str) -> MacAddr {
+    let h = fnv(3, &[port]).to_be_bytes();
+    MacAddr([0x02, h[0], h[1], h[2], h[3], h[4]])
+}
+
+/// The in-pod socket path: depends only on the interface name.
+pub fn pod_socket_path(ifname: &str) -> String {
+    format!("{POD_SOCKET_DIR}/{ifname}/sock")
+}
+
+/// Host directories of an attachment's socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostDirs {
+    /// The per-pod directory.
+    pub pod_dir: PathBuf,
+    /// Whether the plugin owns `pod_dir` (removes it when empty): true when
+    /// it appended the pod's key to `hostSocketDir`.
+    pub owns_pod_dir: bool,
+    /// `<pod_dir>/<ifname>`: the socket's directory.
+    pub if_dir: PathBuf,
+    /// `<if_dir>/sock`.
+    pub socket: PathBuf,
+}
+
+/// The host socket directories: `hostSocketDir` with `{podUID}` replaced by
+/// `K8S_POD_UID` (or, without the placeholder, the pod's key appended:
+/// `K8S_POD_UID`, else the container id), then `<ifname>/sock`.
+///
+/// # Errors
+/// Code 4 when the template needs `K8S_POD_UID` and `CNI_ARGS` lacks it.
+pub fn host_dirs(conf: &NetConf, env: &CniEnv) -> Result<HostDirs, CniError> {
+    let t = &conf.host_socket_dir;
+    let (pod_dir, owns) = if t.contains("{podUID}") {
+        let uid = env.pod_uid().ok_or_else(|| {
+            CniError::env(format!(
+                "CNI_ARGS has no K8S_POD_UID, which hostSocketDir {t:?} needs; set hostSocketDir \
+                 to a host directory when the runtime is not a kubelet"
+            ))
+        })?;
+        (PathBuf::from(t.replace("{podUID}", uid)), false)
+    } else {
+        let key = env.pod_uid().unwrap_or(&env.container_id);
+        (Path::new(t).join(key), true)
+    };
+    let if_dir = pod_dir.join(&env.ifname);
+    Ok(HostDirs {
+        socket: if_dir.join("sock"),
+        if_dir,
+        pod_dir,
+        owns_pod_dir: owns,
+    })
+}
+
+/// What ADD made, kept under `stateDir` so that DEL and GC find it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// The network.
+    pub network: String,
+    /// `CNI_CONTAINERID`.
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    /// `CNI_IFNAME`.
+    pub ifname: String,
+    /// `CNI_NETNS` at ADD.
+    pub netns: String,
+    /// `CNI_ARGS` at ADD.
+    pub args: String,
+    /// The switch port.
+    pub port: String,
+    /// vhost-user: the socket's host directories.
+    pub host: Option<HostDirs>,
+    /// The device-info file written.
+    pub device_info_file: Option<String>,
+}
+
+impl Record {
+    /// The record of `env`'s attachment to port `port`.
+    pub fn new(conf: &NetConf, env: &CniEnv, port: &str, host: Option<HostDirs>) -> Self {
+        Self {
+            network: conf.name.clone(),
+            container_id: env.container_id.clone(),
+            ifname: env.ifname.clone(),
+            netns: env.netns.clone(),
+            args: env.args_raw.clone(),
+            port: port.to_owned(),
+            host,
+            device_info_file: conf.runtime.device_info_file.clone(),
+        }
+    }
+}
+
+/// The record file of a port.
+pub fn record_path(conf: &NetConf, port: &str) -> PathBuf {
+    conf.state_dir.join(&conf.name).join(format!("{port}.json"))
+}
+
+/// Reads a record; `None` when there is none (or it is unreadable).
+pub fn read_record(path: &Path) -> Option<Record> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// Writes a record.
+///
+/// # Errors
+/// Code 5.
+pub fn write_record(path: &Path, r: &Record) -> Result<(), CniError> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).map_err(|e| CniError::io(d.display(), &e))?;
+    }
+    let tmp = path.with_extension("tmp");
+    let body = serde_json::to_vec_pretty(r).unwrap_or_default();
+    std::fs::write(&tmp, body).map_err(|e| CniError::io(tmp.display(), &e))?;
+    std::fs::rename(&tmp, path).map_err(|e| CniError::io(path.display(), &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stable_and_valid() {
+        let p = port_name("net1", "abc", "eth1");
+        assert_eq!(p, port_name("net1", "abc", "eth1"));
+        assert_ne!(p, port_name("net1", "abc", "eth2"));
+        assert_ne!(p, port_name("net1", "abd", "eth1"));
+        assert_ne!(p, port_name("net2", "abc", "eth1"));
+        assert!(p.starts_with(&network_prefix("net1")));
+        assert_eq!(p.len(), 29);
+        assert!(vhu_api::port::check_name(&p).is_ok());
+        let t = tap_name(&p);
+        assert_eq!(t.len(), 15);
+        assert!(vhu_api::port::check_ifname(&t).is_ok());
+        assert!(derived_mac(&p).is_unicast());
+        assert_eq!(derived_mac(&p).0[0], 0x02);
+        assert_eq!(pod_socket_path("net1"), "/var/run/vhu/net1/sock");
+    }
+}

@@ -1,0 +1,657 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//! The network configuration on stdin: the spec's fields and `vhu-cni`'s
+//! own, checked before anything is touched.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use vhu_api::{MacAddr, PortKind, PortSpec, Role, Vlan};
+
+use crate::error::{CniError, DECODE, INCOMPATIBLE_VERSION, UNSUPPORTED_FIELD};
+
+/// Versions of the spec whose configurations this plugin takes.
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.4.0", "1.0.0", "1.1.0"];
+/// The version this plugin implements.
+pub const SPEC_VERSION: &str = "1.1.0";
+/// Default control socket of the switch.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/vhu/vhu.sock";
+/// Default host directory of the pods' sockets: the pod's `emptyDir` volume
+/// `vhu-sockets`, found through `K8S_POD_UID`.
+pub const DEFAULT_HOST_SOCKET_DIR: &str =
+    "/var/lib/kubelet/pods/{podUID}/volumes/kubernetes.io~empty-dir/vhu-sockets";
+/// Where the sockets are inside the pod (the `emptyDir`'s mount point).
+pub const POD_SOCKET_DIR: &str = "/var/run/vhu";
+/// Default directory of the plugin's per-attachment records.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/vhu-cni";
+
+/// The spec's top-level fields (and the ones runtimes add).
+const SPEC_FIELDS: &[&str] = &[
+    "cniVersion",
+    "cniVersions",
+    "name",
+    "type",
+    "ipam",
+    "dns",
+    "args",
+    "capabilities",
+    "runtimeConfig",
+    "prevResult",
+    "cni.dev/valid-attachments",
+    "deviceID",
+];
+/// This plugin's fields.
+const OWN_FIELDS: &[&str] = &[
+    "controlSocket",
+    "kind",
+    "vmRole",
+    "vlan",
+    "mtu",
+    "mac",
+    "queues",
+    "hostSocketDir",
+    "socketOwner",
+    "socketGroup",
+    "socketMode",
+    "stateDir",
+];
+
+/// The interface a pod gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A vhost-user port, its socket placed for the pod.
+    VhostUser,
+    /// A TAP moved into the pod's network namespace.
+    Tap,
+}
+
+/// Who creates the vhost-user socket, named from the VM's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmRole {
+    /// The VM (QEMU `server=on`, libvirt `mode='server'`) creates the socket;
+    /// the switch connects, and reconnects after either side restarts.
+    Server,
+    /// The switch creates the socket; the VM connects.
+    Client,
+}
+
+impl VmRole {
+    /// The switch port's role: the opposite of the VM's.
+    pub fn switch_role(self) -> Role {
+        match self {
+            VmRole::Server => Role::Client,
+            VmRole::Client => Role::Server,
+        }
+    }
+
+    /// The device-info `vhost-user.mode`: the host side's role (the reading
+    /// of KubeVirt's and every implementation's, see `docs/cni.md`).
+    pub fn device_info_mode(self) -> &'static str {
+        match self {
+            VmRole::Server => "client",
+            VmRole::Client => "server",
+        }
+    }
+}
+
+/// One `{containerID, ifname}` of `cni.dev/valid-attachments`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidAttachment {
+    /// Container id.
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    /// Interface name.
+    pub ifname: String,
+}
+
+/// `runtimeConfig` fields this plugin uses (others are ignored).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct RuntimeConfig {
+    /// Where to write the device-info file.
+    #[serde(rename = "CNIDeviceInfoFile")]
+    pub device_info_file: Option<String>,
+    /// A MAC the runtime asks for (`mac` capability).
+    pub mac: Option<String>,
+    /// The device a device plugin allocated.
+    #[serde(rename = "deviceID")]
+    pub device_id: Option<String>,
+}
+
+/// A checked network configuration.
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    /// `cniVersion`.
+    pub cni_version: String,
+    /// `name`.
+    pub name: String,
+    /// The whole configuration as received (given to the IPAM plugin).
+    pub raw: Map<String, Value>,
+    /// `ipam.type`, when there is an `ipam` section.
+    pub ipam_type: Option<String>,
+    /// The switch's control socket.
+    pub control_socket: PathBuf,
+    /// The interface kind.
+    pub kind: Kind,
+    /// vhost-user: who creates the socket.
+    pub vm_role: VmRole,
+    /// The port's VLAN mode.
+    pub vlan: Option<Vlan>,
+    /// MTU.
+    pub mtu: Option<u32>,
+    /// The configured MAC.
+    pub mac: Option<MacAddr>,
+    /// Queue pairs (vhost-user) or TAP queues.
+    pub queues: Option<u32>,
+    /// The host directory template of the sockets.
+    pub host_socket_dir: String,
+    /// Owner of the socket and its directory.
+    pub socket_owner: Option<String>,
+    /// Group of the socket and its directory.
+    pub socket_group: Option<String>,
+    /// Mode of the socket (octal); its directory gets the matching `x` bits.
+    pub socket_mode: Option<String>,
+    /// Where the per-attachment records go.
+    pub state_dir: PathBuf,
+    /// `runtimeConfig`.
+    pub runtime: RuntimeConfig,
+    /// `prevResult`.
+    pub prev_result: Option<Value>,
+    /// `cni.dev/valid-attachments`.
+    pub valid_attachments: Option<Vec<ValidAttachment>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Own {
+    name: String,
+    #[serde(rename = "type")]
+    _type: String,
+    ipam: Option<Map<String, Value>>,
+    control_socket: Option<String>,
+    kind: Option<String>,
+    vm_role: Option<String>,
+    vlan: Option<Vlan>,
+    mtu: Option<u32>,
+    mac: Option<String>,
+    queues: Option<u32>,
+    host_socket_dir: Option<String>,
+    socket_owner: Option<String>,
+    socket_group: Option<String>,
+    socket_mode: Option<String>,
+    state_dir: Option<String>,
+    #[serde(default)]
+    runtime_config: Option<Value>,
+    prev_result: Option<Value>,
+    #[serde(rename = "cni.dev/valid-attachments")]
+    valid_attachments: Option<Vec<ValidAttachment>>,
+}
+
+/// The `cniVersion` of a configuration, if it has a readable one (for the
+/// error result of a configuration that fails later).
+pub fn peek_version(stdin: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(stdin).ok()?;
+    let s = v.get("cniVersion")?.as_str()?;
+    SUPPORTED_VERSIONS.contains(&s).then(|| s.to_owned())
+}
+
+/// Whether a version is one this plugin takes.
+pub fn check_version(v: &str) -> Result<(), CniError> {
+    if SUPPORTED_VERSIONS.contains(&v) {
+        Ok(())
+    } else {
+        Err(CniError::new(
+            INCOMPATIBLE_VERSION,
+            format!(
+                "cniVersion {v:?} is not supported; use one of {}",
+                SUPPORTED_VERSIONS.join(", ")
+            ),
+        ))
+    }
+}
+
+/// A name as the spec allows for networks and plugins.
+fn check_plugin_name(field: &str, v: &str) -> Result<(), CniError> {
+    let ok = v.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && v.len() <= 128
+        && v.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CniError::config(format!(
+            "{field} {v:?} is not a valid name (1-128 of A-Z a-z 0-9 _ . -, starting with a letter or digit)"
+        )))
+    }
+}
+
+/// Checks an absolute path without `.`/`..` components.
+fn check_abs_path(field: &str, v: &str) -> Result<(), CniError> {
+    if !v.starts_with('/') {
+        return Err(CniError::config(format!(
+            "{field} {v:?} must be an absolute path"
+        )));
+    }
+    if v.contains('\0') || v.split('/').any(|c| c == "." || c == "..") {
+        return Err(CniError::config(format!(
+            "{field} {v:?} must not contain NUL, \".\" or \"..\" components"
+        )));
+    }
+    if v.len() > 3800 || v.split('/').any(|c| c.len() > 255) {
+        return Err(CniError::config(format!(
+            "{field} is too long ({} bytes; at most 3800, 255 per component)",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
+impl NetConf {
+    /// Parses and checks the configuration on stdin.
+    ///
+    /// # Errors
+    /// Code 6 (not a JSON object), 1 (`cniVersion`), 2 (a field this plugin
+    /// does not know), 7 (a field with a bad value).
+    pub fn parse(stdin: &[u8]) -> Result<Self, CniError> {
+        let v: Value = serde_json::from_slice(stdin).map_err(|e| {
+            CniError::new(
+                DECODE,
+                format!("the network configuration is not JSON: {e}"),
+            )
+        })?;
+        let Value::Object(raw) = v else {
+            return Err(CniError::new(
+                DECODE,
+                "the network configuration must be a JSON object",
+            ));
+        };
+        let version = match raw.get("cniVersion") {
+            None => {
+                return Err(CniError::config(
+                    "cniVersion is missing; set it to one of 0.4.0, 1.0.0, 1.1.0",
+                ))
+            }
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => {
+                return Err(CniError::config(format!(
+                    "cniVersion must be a string such as \"1.0.0\", got {other}"
+                )))
+            }
+        };
+        check_version(&version)?;
+        let known: BTreeSet<&str> = SPEC_FIELDS.iter().chain(OWN_FIELDS).copied().collect();
+        if let Some(k) = raw.keys().find(|k| !known.contains(k.as_str())) {
+            return Err(CniError::new(
+                UNSUPPORTED_FIELD,
+                format!(
+                    "unsupported field {k:?} = {}; vhu-cni knows {}",
+                    raw[k],
+                    OWN_FIELDS.join(", ")
+                ),
+            ));
+        }
+        for f in ["name", "type"] {
+            if !raw.contains_key(f) {
+                return Err(CniError::config(format!("{f} is missing")));
+            }
+        }
+        let own: Own = serde_json::from_value(Value::Object(raw.clone()))
+            .map_err(|e| CniError::config(format!("invalid network configuration: {e}")))?;
+        check_plugin_name("name", &own.name)?;
+
+        let kind = match own.kind.as_deref() {
+            Some("vhost-user") => Kind::VhostUser,
+            Some("tap") => Kind::Tap,
+            Some(k) => {
+                return Err(CniError::config(format!(
+                    "kind {k:?} is unknown; use \"vhost-user\" or \"tap\""
+                )))
+            }
+            None => {
+                return Err(CniError::config(
+                    "kind is missing; use \"vhost-user\" or \"tap\"",
+                ))
+            }
+        };
+        let vhost = kind == Kind::VhostUser;
+        if !vhost {
+            for (present, f) in [
+                (own.vm_role.is_some(), "vmRole"),
+                (own.host_socket_dir.is_some(), "hostSocketDir"),
+                (own.socket_owner.is_some(), "socketOwner"),
+                (own.socket_group.is_some(), "socketGroup"),
+                (own.socket_mode.is_some(), "socketMode"),
+            ] {
+                if present {
+                    return Err(CniError::config(format!(
+                        "{f} applies only to kind \"vhost-user\"; remove it from this tap network"
+                    )));
+                }
+            }
+        }
+        let vm_role = match own.vm_role.as_deref() {
+            None | Some("server") => VmRole::Server,
+            Some("client") => VmRole::Client,
+            Some(r) => {
+                return Err(CniError::config(format!(
+                    "vmRole {r:?} is unknown; use \"server\" (the VM creates the socket) or \
+                     \"client\" (the switch does)"
+                )))
+            }
+        };
+        let mac = own
+            .mac
+            .as_deref()
+            .map(|m| parse_mac("mac", m))
+            .transpose()?;
+
+        // What the switch would say about these values, under our names.
+        let mut probe = PortSpec::new("probe", PortKind::VhostUser);
+        probe.role = Some(Role::Server);
+        probe.vlan = own.vlan.clone();
+        probe.mtu = own.mtu;
+        probe.queues = own.queues;
+        probe.owner = own.socket_owner.clone();
+        probe.group = own.socket_group.clone();
+        probe.mode = own.socket_mode.clone();
+        if !vhost {
+            probe.kind = PortKind::Tap;
+            probe.role = None;
+            probe.interface = Some("probe".into());
+        }
+        if let Err(errs) = probe.validate() {
+            let e = &errs[0];
+            let field = match e.field.split(['.', '[']).next().unwrap_or_default() {
+                "owner" => "socketOwner",
+                "group" => "socketGroup",
+                "mode" => "socketMode",
+                _ => e.field.as_str(),
+            };
+            return Err(CniError::config(format!("{field}: {}", e.message)));
+        }
+
+        let control_socket = own
+            .control_socket
+            .unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.to_owned());
+        check_abs_path("controlSocket", &control_socket)?;
+        let host_socket_dir = own
+            .host_socket_dir
+            .unwrap_or_else(|| DEFAULT_HOST_SOCKET_DIR.to_owned());
+        check_abs_path("hostSocketDir", &host_socket_dir)?;
+        let state_dir = own
+            .state_dir
+            .unwrap_or_else(|| DEFAULT_STATE_DIR.to_owned());
+        check_abs_path("stateDir", &state_dir)?;
+
+        let ipam_type = match &own.ipam {
+            None => None,
+            Some(m) => match m.get("type") {
+                Some(Value::String(t)) => {
+                    check_plugin_name("ipam.type", t)?;
+                    Some(t.clone())
+                }
+                Some(other) => {
+                    return Err(CniError::config(format!(
+                        "ipam.type must be the name of an IPAM plugin such as \"host-local\", got {other}"
+                    )))
+                }
+                None => {
+                    return Err(CniError::config(
+                        "ipam.type is missing: name the IPAM plugin (e.g. \"host-local\"), or remove ipam",
+                    ))
+                }
+            },
+        };
+        let runtime: RuntimeConfig = match own.runtime_config {
+            None | Some(Value::Null) => RuntimeConfig::default(),
+            Some(v @ Value::Object(_)) => serde_json::from_value(v)
+                .map_err(|e| CniError::config(format!("runtimeConfig: {e}")))?,
+            Some(other) => {
+                return Err(CniError::config(format!(
+                    "runtimeConfig must be an object, got {other}"
+                )))
+            }
+        };
+        if let Some(f) = &runtime.device_info_file {
+            check_abs_path("runtimeConfig.CNIDeviceInfoFile", f)?;
+        }
+        if let Some(m) = &runtime.mac {
+            parse_mac("runtimeConfig.mac", m)?;
+        }
+        Ok(Self {
+            cni_version: version,
+            name: own.name,
+            raw,
+            ipam_type,
+            control_socket: control_socket.into(),
+            kind,
+            vm_role,
+            vlan: own.vlan,
+            mtu: own.mtu,
+            mac,
+            queues: own.queues,
+            host_socket_dir,
+            socket_owner: own.socket_owner,
+            socket_group: own.socket_group,
+            socket_mode: own.socket_mode,
+            state_dir: state_dir.into(),
+            runtime,
+            prev_result: own.prev_result,
+            valid_attachments: own.valid_attachments,
+        })
+    }
+
+    /// Whether results and commands of spec 1.1.0 apply.
+    pub fn is_1_1(&self) -> bool {
+        self.cni_version == "1.1.0"
+    }
+}
+
+/// Parses a unicast MAC.
+pub fn parse_mac(field: &str, m: &str) -> Result<MacAddr, CniError> {
+    let mac: MacAddr = m.parse().map_err(|_| {
+        CniError::config(format!(
+            "{field} {m:?} is not a MAC address such as \"02:00:00:00:00:01\""
+        ))
+    })?;
+    if !mac.is_unicast() {
+        return Err(CniError::config(format!(
+            "{field} {m:?} is not a unicast address an interface can have"
+        )));
+    }
+    Ok(mac)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{INVALID_CONFIG, UNSUPPORTED_FIELD};
+
+    fn conf(extra: &str, version: &str) -> String {
+        format!(r#"{{"cniVersion":"{version}","name":"net1","type":"vhu-cni"{extra}}}"#)
+    }
+
+    #[test]
+    fn every_version_parses() {
+        for v in SUPPORTED_VERSIONS {
+            let c = NetConf::parse(conf(r#","kind":"vhost-user""#, v).as_bytes()).unwrap();
+            assert_eq!(c.cni_version, *v);
+            assert_eq!(c.kind, Kind::VhostUser);
+            assert_eq!(c.vm_role, VmRole::Server);
+            assert_eq!(c.control_socket, PathBuf::from(DEFAULT_CONTROL_SOCKET));
+            assert_eq!(c.host_socket_dir, DEFAULT_HOST_SOCKET_DIR);
+        }
+        let full = conf(
+            r#","kind":"vhost-user","vmRole":"client","vlan":{"trunk":[10,20],"native":10},
+            "mtu":9000,"mac":"02:00:00:00:00:07","queues":4,"hostSocketDir":"/run/s",
+            "socketOwner":"107","socketGroup":"kvm","socketMode":"0660","controlSocket":"/x.sock",
+            "stateDir":"/tmp/st","ipam":{"type":"host-local","subnet":"10.1.0.0/24"},
+            "capabilities":{"CNIDeviceInfoFile":true},
+            "runtimeConfig":{"CNIDeviceInfoFile":"/run/di/x","portMappings":[]},
+            "prevResult":{"cniVersion":"1.1.0"}"#,
+            "1.1.0",
+        );
+        let c = NetConf::parse(full.as_bytes()).unwrap();
+        assert_eq!(c.vm_role, VmRole::Client);
+        assert_eq!(c.mtu, Some(9000));
+        assert_eq!(c.queues, Some(4));
+        assert_eq!(c.mac.unwrap().to_string(), "02:00:00:00:00:07");
+        assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
+        assert_eq!(c.runtime.device_info_file.as_deref(), Some("/run/di/x"));
+        assert!(c.is_1_1());
+        let t = NetConf::parse(conf(r#","kind":"tap","vlan":5"#, "1.0.0").as_bytes()).unwrap();
+        assert_eq!((t.kind, t.vlan), (Kind::Tap, Some(Vlan::Access(5))));
+    }
+
+    #[test]
+    fn roles_map_to_device_info() {
+        assert_eq!(VmRole::Server.switch_role(), Role::Client);
+        assert_eq!(VmRole::Server.device_info_mode(), "client");
+        assert_eq!(VmRole::Client.switch_role(), Role::Server);
+        assert_eq!(VmRole::Client.device_info_mode(), "server");
+    }
+
+    #[test]
+    fn bad_configs_get_exact_codes() {
+        let vu = r#","kind":"vhost-user""#;
+        let cases: &[(String, u32, &str)] = &[
+            ("not json".into(), DECODE, "not JSON"),
+            ("[1]".into(), DECODE, "must be a JSON object"),
+            (
+                r#"{"name":"n","type":"t","kind":"tap"}"#.into(),
+                INVALID_CONFIG,
+                "cniVersion is missing",
+            ),
+            (
+                r#"{"cniVersion":1,"name":"n","type":"t"}"#.into(),
+                INVALID_CONFIG,
+                "must be a string",
+            ),
+            (
+                conf(vu, "0.3.1"),
+                INCOMPATIBLE_VERSION,
+                "\"0.3.1\" is not supported",
+            ),
+            (
+                conf(vu, "2.0.0"),
+                INCOMPATIBLE_VERSION,
+                "use one of 0.4.0, 1.0.0, 1.1.0",
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","type":"t","kind":"tap"}"#.into(),
+                INVALID_CONFIG,
+                "name is missing",
+            ),
+            (
+                conf(r#","kind":"tap","vlna":3"#, "1.0.0"),
+                UNSUPPORTED_FIELD,
+                "unsupported field \"vlna\" = 3",
+            ),
+            (conf("", "1.0.0"), INVALID_CONFIG, "kind is missing"),
+            (
+                conf(r#","kind":"macvlan""#, "1.0.0"),
+                INVALID_CONFIG,
+                "kind \"macvlan\" is unknown",
+            ),
+            (
+                conf(r#","kind":"vhost-user","vmRole":"both""#, "1.0.0"),
+                INVALID_CONFIG,
+                "vmRole \"both\" is unknown",
+            ),
+            (
+                conf(r#","kind":"tap","vmRole":"client""#, "1.0.0"),
+                INVALID_CONFIG,
+                "vmRole applies only",
+            ),
+            (
+                conf(r#","kind":"vhost-user","vlan":4095"#, "1.0.0"),
+                INVALID_CONFIG,
+                "vlan: VLAN id 4095 is out of range 1-4094",
+            ),
+            (
+                conf(r#","kind":"vhost-user","vlan":"ten""#, "1.0.0"),
+                INVALID_CONFIG,
+                "invalid network configuration",
+            ),
+            (
+                conf(r#","kind":"vhost-user","mtu":50"#, "1.0.0"),
+                INVALID_CONFIG,
+                "mtu: 50 is out of range 68-9216",
+            ),
+            (
+                conf(r#","kind":"vhost-user","mtu":"1500""#, "1.0.0"),
+                INVALID_CONFIG,
+                "invalid type",
+            ),
+            (
+                conf(r#","kind":"vhost-user","queues":0"#, "1.0.0"),
+                INVALID_CONFIG,
+                "queues: 0 is out of range 1-128",
+            ),
+            (
+                conf(r#","kind":"tap","queues":65"#, "1.0.0"),
+                INVALID_CONFIG,
+                "queues: 65 is out of range 1-64",
+            ),
+            (
+                conf(r#","kind":"vhost-user","mac":"01:00:5e:00:00:01""#, "1.0.0"),
+                INVALID_CONFIG,
+                "not a unicast",
+            ),
+            (
+                conf(r#","kind":"vhost-user","mac":"zz""#, "1.0.0"),
+                INVALID_CONFIG,
+                "mac \"zz\" is not a MAC",
+            ),
+            (
+                conf(r#","kind":"vhost-user","socketMode":"0999""#, "1.0.0"),
+                INVALID_CONFIG,
+                "socketMode: \"0999\" is not an octal",
+            ),
+            (
+                conf(r#","kind":"vhost-user","socketOwner":"bad name""#, "1.0.0"),
+                INVALID_CONFIG,
+                "socketOwner: \"bad name\"",
+            ),
+            (
+                conf(r#","kind":"vhost-user","hostSocketDir":"rel/dir""#, "1.0.0"),
+                INVALID_CONFIG,
+                "hostSocketDir \"rel/dir\" must be an absolute path",
+            ),
+            (
+                conf(r#","kind":"vhost-user","hostSocketDir":"/a/../b""#, "1.0.0"),
+                INVALID_CONFIG,
+                "\"..\" components",
+            ),
+            (
+                conf(r#","kind":"vhost-user","ipam":{}"#, "1.0.0"),
+                INVALID_CONFIG,
+                "ipam.type is missing",
+            ),
+            (
+                conf(r#","kind":"vhost-user","ipam":{"type":"../x"}"#, "1.0.0"),
+                INVALID_CONFIG,
+                "ipam.type \"../x\" is not a valid name",
+            ),
+            (
+                conf(
+                    r#","kind":"vhost-user","runtimeConfig":{"CNIDeviceInfoFile":"x"}"#,
+                    "1.0.0",
+                ),
+                INVALID_CONFIG,
+                "runtimeConfig.CNIDeviceInfoFile \"x\" must be an absolute path",
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","name":"a b","type":"t","kind":"tap"}"#.into(),
+                INVALID_CONFIG,
+                "name \"a b\" is not a valid name",
+            ),
+        ];
+        for (c, code, msg) in cases {
+            let e = NetConf::parse(c.as_bytes()).expect_err(c);
+            assert_eq!(e.code, *code, "{c}: {e}");
+            assert!(e.msg.contains(msg), "{c}: {:?} lacks {msg:?}", e.msg);
+        }
+    }
+}
