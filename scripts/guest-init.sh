@@ -8,7 +8,7 @@
 # kernel command line, prints machine-readable results to the console and
 # powers off. Parameters (kernel command line, read from /proc/cmdline):
 #
-#   vhu.test=info|ping   test to run (default info)
+#   vhu.test=info|ping|net|agent  test to run (default info)
 #   vhu.ip=10.0.0.2/24   guest address on eth0
 #   vhu.peer=10.0.0.1    address pinged; given a static ARP entry
 #   vhu.peer_mac=52:54:00:00:00:01
@@ -37,6 +37,20 @@
 #   vhu.rx_port=0        net: the guest listens here and stores what the
 #                        peer sends until it closes (0: skip)
 #   vhu.timeout=300      net: limit of each transfer, in seconds
+#
+#   vhu.test=agent       runs what the host writes on the console (QEMU's
+#                        stdin), one command a line, for tests with several
+#                        phases: the host writes "VHU-CMD <id> <shell command>",
+#                        the guest prints "VHU-BEGIN <id>", the command's
+#                        output and "VHU-END <id> rc=<exit status>". Commands
+#                        run with stdin from /dev/null, in the agent's shell:
+#                        variables and background jobs (`cmd &`, later `wait`)
+#                        persist from one to the next. "VHU-CMD <id> quit"
+#                        ends the loop (then counters, done, power off).
+#                        "VHU-RESULT agent=ready" tells the host to begin.
+#   vhu.ipv6=1           0: IPv6 off on every interface before eth0 comes up
+#                        (no router solicitations or MLD reports: the guest
+#                        then sends only what its tests make it send)
 #
 # Output: lines "VHU-RESULT key=value ..." (values never contain spaces):
 #   cpus=N  features=<0/1 string>  queues=N  carrier=0|1
@@ -94,6 +108,7 @@ VHU_tx_port=0
 VHU_tx_mib=64
 VHU_rx_port=0
 VHU_timeout=300
+VHU_ipv6=1
 set -f # no globbing of command-line words
 for arg in $(cat /proc/cmdline); do
 	case $arg in
@@ -140,6 +155,11 @@ result "features=$(cat /sys/class/net/eth0/device/features)"
 result "queues=$(find /sys/class/net/eth0/queues -maxdepth 1 -name 'rx-*' | wc -l)"
 result "mac=$(cat /sys/class/net/eth0/address) mtu=$(cat /sys/class/net/eth0/mtu)"
 
+if [ "$VHU_ipv6" = 0 ]; then
+	for c in all default; do
+		echo 1 >/proc/sys/net/ipv6/conf/$c/disable_ipv6 || fail "ipv6-off"
+	done
+fi
 ip link set lo up
 ip link set eth0 up || fail "link-up"
 ip addr add "$VHU_ip" dev eth0 || fail "addr-add"
@@ -283,10 +303,31 @@ test_net() {
 	fi
 }
 
+# Reads "VHU-CMD <id> <command>" lines from the console until "quit".
+test_agent() {
+	stty -echo 2>/dev/null || fail "stty"
+	result "agent=ready"
+	while IFS= read -r line; do
+		case $line in
+		"VHU-CMD "*) ;;
+		*) continue ;;
+		esac
+		rest=${line#VHU-CMD }
+		id=${rest%% *}
+		cmd=${rest#* }
+		echo "VHU-BEGIN $id"
+		[ "$cmd" = quit ] && break
+		eval "$cmd" </dev/null
+		echo "VHU-END $id rc=$?"
+	done
+	echo "VHU-END $id rc=0"
+}
+
 case $VHU_test in
 info) test_info ;;
 ping) test_ping ;;
 net) test_net ;;
+agent) test_agent ;;
 *) fail "unknown-test-$VHU_test" ;;
 esac
 

@@ -10,6 +10,11 @@
 //! the header of `guest-init.sh`), prints `VHU-RESULT key=value ...` lines on
 //! its serial console and powers off.
 //!
+//! With `vhu.test=agent` the guest instead runs the shell commands the host
+//! writes to its console (QEMU's stdin), for tests with several phases:
+//! [`GuestHandle::wait_agent`], [`GuestHandle::exec`],
+//! [`GuestHandle::quit`].
+//!
 //! QEMU runs under TCG (nested KVM hangs on the project's machines), with
 //! memfd-backed shared guest memory so the backend can map it, one
 //! `vhost-user` netdev and one `virtio-net-pci` device.
@@ -45,7 +50,7 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -60,6 +65,9 @@ pub const QEMU_MIN_MAJOR: u32 = 10;
 
 /// Prefix of the guest's machine-readable console lines.
 pub const RESULT_PREFIX: &str = "VHU-RESULT ";
+
+/// What an agent guest (`vhu.test=agent`) prints once it takes commands.
+pub const AGENT_READY: &str = "VHU-RESULT agent=ready";
 
 /// What to tell a developer whose peers are missing.
 const INSTALL_HINT: &str = "run `sudo scripts/install-peers.sh` (installs QEMU >= 10, \
@@ -396,6 +404,8 @@ fn console_text(bytes: &[u8]) -> String {
 /// A QEMU guest running in the background. Dropping it kills QEMU.
 pub struct GuestHandle {
     child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    next_command: u64,
     opts: GuestOpts,
     command_line: String,
     started: Instant,
@@ -431,9 +441,10 @@ pub fn spawn_guest(opts: GuestOpts) -> GuestHandle {
         .map(|a| shell_quote(&a.to_string_lossy()))
         .collect::<Vec<_>>()
         .join(" ");
+    // The console's input: only an agent guest (`vhu.test=agent`) reads it.
     let mut child = Command::new(&peers.qemu)
         .args(&args)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -454,6 +465,8 @@ pub fn spawn_guest(opts: GuestOpts) -> GuestHandle {
         ),
     ];
     GuestHandle {
+        stdin: child.stdin.take(),
+        next_command: 1,
         child: Some(child),
         opts,
         command_line,
@@ -559,6 +572,95 @@ impl GuestHandle {
         self.wait_until(&format!("console output {needle:?}"), timeout, |h| {
             h.console().contains(needle)
         });
+    }
+
+    /// Waits until an agent guest (`vhu.test=agent`) takes commands.
+    ///
+    /// # Panics
+    ///
+    /// If QEMU exits or `timeout` passes first.
+    pub fn wait_agent(&mut self, timeout: Duration) {
+        self.wait_for_console(AGENT_READY, timeout);
+    }
+
+    /// Writes one line to the guest's console.
+    fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("QEMU's stdin is piped");
+        if let Err(e) = stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+        {
+            panic!(
+                "cannot write to the guest console: {e}\n{}",
+                self.describe()
+            );
+        }
+    }
+
+    /// Runs `command` (one line of shell) in an agent guest and waits for it:
+    /// its exit status and what it printed (stdout and stderr, `\r`
+    /// removed). It runs in the agent's shell, stdin from `/dev/null`: its
+    /// variables and background jobs stay for the next commands.
+    ///
+    /// # Panics
+    ///
+    /// If `command` has a newline, or QEMU exits or `timeout` passes before
+    /// it ends.
+    pub fn try_exec(&mut self, command: &str, timeout: Duration) -> (i32, String) {
+        assert!(
+            !command.contains('\n'),
+            "an agent command is one line: {command:?}"
+        );
+        let id = self.next_command;
+        self.next_command += 1;
+        self.send_line(&format!("VHU-CMD {id} {command}"));
+        let begin = format!("VHU-BEGIN {id}\n");
+        let end = format!("VHU-END {id} rc=");
+        let mut found = None;
+        self.wait_until(&format!("the end of {command:?}"), timeout, |h| {
+            let c = h.console();
+            let Some(b) = c.find(&begin) else {
+                return false;
+            };
+            let from = b + begin.len();
+            let Some(e) = c[from..].find(&end) else {
+                return false;
+            };
+            let rc_at = from + e + end.len();
+            let Some(nl) = c[rc_at..].find('\n') else {
+                return false;
+            };
+            found = Some((
+                c[rc_at..rc_at + nl].trim().parse().unwrap_or(-1),
+                c[from..from + e].to_owned(),
+            ));
+            true
+        });
+        found.expect("wait_until returned once the end was found")
+    }
+
+    /// [`GuestHandle::try_exec`] of a command that must succeed; its output.
+    ///
+    /// # Panics
+    ///
+    /// As `try_exec`, and if the command exits non-zero.
+    pub fn exec(&mut self, command: &str, timeout: Duration) -> String {
+        let (rc, out) = self.try_exec(command, timeout);
+        if rc != 0 {
+            panic!(
+                "guest command {command:?} exited {rc}:\n{out}\n{}",
+                self.describe()
+            );
+        }
+        out
+    }
+
+    /// Ends an agent guest: it prints its counters and `done` and powers
+    /// off; returns its run ([`GuestHandle::wait`]).
+    pub fn quit(mut self) -> GuestRun {
+        let id = self.next_command;
+        self.send_line(&format!("VHU-CMD {id} quit"));
+        self.wait()
     }
 
     /// Kills QEMU (SIGKILL) if it still runs and reaps it.

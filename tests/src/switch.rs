@@ -206,6 +206,40 @@ impl SwitchProc {
         serde_json::from_slice(&b).unwrap_or_else(|e| panic!("GET {path}: {e}"))
     }
 
+    /// `GET /ports/{port}/stats`.
+    pub fn port_stats(&self, port: &str) -> PortStats {
+        self.get(&format!("/ports/{port}/stats"))
+    }
+
+    /// The counters of `ports` once none of them moved for `quiet` (what
+    /// the frontends queued is drained), in the order given.
+    ///
+    /// # Panics
+    ///
+    /// If they still move after `timeout`.
+    pub fn quiet_stats(
+        &self,
+        ports: &[&str],
+        quiet: Duration,
+        timeout: Duration,
+    ) -> Vec<PortStats> {
+        let read = || ports.iter().map(|p| self.port_stats(p)).collect::<Vec<_>>();
+        let t0 = Instant::now();
+        let mut last = read();
+        loop {
+            std::thread::sleep(quiet);
+            let now = read();
+            if now == last {
+                return now;
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "the counters of {ports:?} still move after {timeout:?}"
+            );
+            last = now;
+        }
+    }
+
     /// SIGTERM; waits for the exit.
     pub fn stop(&mut self) -> ExitStatus {
         let mut c = self.child.take().expect("running");

@@ -97,7 +97,10 @@ macro_rules! dispatch {
 }
 
 impl Ring {
-    /// Sets up a ring from its layout and vhost-user base.
+    /// Sets up a ring from its layout and vhost-user base. A split ring
+    /// whose used index disagrees with the base starts at the used index
+    /// ([`split::SplitRing::start_at_used`]: a frontend reconnecting to a
+    /// restarted backend).
     pub(crate) fn new(
         mem: Arc<GuestMemory>,
         layout: Layout,
@@ -108,7 +111,14 @@ impl Ring {
         Ok(match layout {
             Layout::Split(l) => {
                 let base = u16::try_from(base).map_err(|_| RingError::Size(l.size))?;
-                Ring::Split(split::SplitRing::new(mem, l, base, event_idx, indirect)?)
+                let mut r = split::SplitRing::new(mem, l, base, event_idx, indirect)?;
+                if let Some(was) = r.start_at_used() {
+                    tracing::info!(
+                        "vring: base {was} but used index {}: starting at the used index",
+                        r.base()
+                    );
+                }
+                Ring::Split(r)
             }
             Layout::Packed(l) => {
                 Ring::Packed(packed::PackedRing::new(mem, l, base, event_idx, indirect)?)

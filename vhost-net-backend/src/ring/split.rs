@@ -179,6 +179,29 @@ impl SplitRing {
         Ok(r)
     }
 
+    /// Moves the next avail index to the used index read from guest memory
+    /// when the two disagree, and returns the base it replaced. A frontend
+    /// that reconnects to a restarted backend cannot know where the dead one
+    /// stopped: DPDK's virtio-user (server mode) sends base 0 whatever its
+    /// rings hold, so the used index is the only truth left (what DPDK's own
+    /// vhost library does, and the base QEMU sends in that case). Every
+    /// entry the driver made available after the last used one is then
+    /// served (TX frames the dead backend never took are sent; RX buffers
+    /// are filled).
+    pub(crate) fn start_at_used(&mut self) -> Option<u16> {
+        if self.next_avail == self.next_used {
+            return None;
+        }
+        let was = self.next_avail.0;
+        self.next_avail = self.next_used;
+        self.avail_cache = self.next_used;
+        // `new` judged the ring by the stale base; judge it again (and ask
+        // for kicks from the new index on).
+        self.broken = false;
+        self.enable_notification();
+        Some(was)
+    }
+
     /// Next avail index to consume (what `GET_VRING_BASE` reports).
     pub(crate) fn base(&self) -> u32 {
         u32::from(self.next_avail.0)

@@ -509,3 +509,34 @@ fn kick_suppression_and_the_race_check() {
     ring.enable_notification();
     assert_eq!(g.read(USED, 2), 0u16.to_le_bytes());
 }
+
+/// A frontend back from a restarted backend with base 0 (DPDK's virtio-user)
+/// while its used index is 5 and N - 1 more entries are available: the ring
+/// starts at the used index, is not broken, and serves exactly those.
+#[test]
+fn a_stale_base_starts_at_the_used_index() {
+    let g = Guest::new();
+    g.write(USED + 2, &5u16.to_le_bytes());
+    g.desc(0, DATA, 64, 0, 0);
+    g.desc(1, DATA + 64, 64, 0, 0);
+    // 5 + N - 1 entries made available so far: more than a ring holds
+    // counted from base 0, which alone would look broken.
+    for k in 0..N - 3 {
+        g.avail(5 + k, &[0]);
+    }
+    g.avail(5 + N - 3, &[0, 1]);
+    let layout = super::Layout::Split(SplitLayout {
+        desc: DESC,
+        avail: AVAIL,
+        used: USED,
+        size: N,
+    });
+    let mut r = super::Ring::new(Arc::clone(&g.mem), layout, 0, false, false).expect("valid ring");
+    assert_eq!(r.base(), 5);
+    assert!(!r.is_broken());
+    assert_eq!(r.count_avail(64), usize::from(N - 1));
+    assert!(!r.is_broken());
+    // A base that agrees with the used index is kept.
+    let r = super::Ring::new(Arc::clone(&g.mem), layout, 5, false, false).expect("valid ring");
+    assert_eq!(r.base(), 5);
+}
