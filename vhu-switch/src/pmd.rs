@@ -759,7 +759,16 @@ impl<'a> Burst<'a> {
         {
             self.learns.push((vlan, h.src, ingress.id));
         }
-        match destination(ingress.id, vlan, &h.dst, self.fdb, self.now) {
+        let mut verdict = destination(ingress.id, vlan, &h.dst, self.fdb, self.now);
+        if matches!(verdict, Verdict::Flood { .. })
+            && h.dst[0] & 1 == 0
+            && (h.dst == h.src || self.learns.iter().any(|l| l.0 == vlan && l.1 == h.dst))
+        {
+            // An address this burst found on the ingress port (learned when
+            // the burst ends): back where it came from, as `decide` says.
+            verdict = Verdict::Drop(DropReason::Hairpin);
+        }
+        match verdict {
             Verdict::Forward { port, vlan } => {
                 if !self.deliver(port, vlan, tci, hdr, head, frame, false) {
                     self.drops.add(DropReason::VlanDenied, 1);
