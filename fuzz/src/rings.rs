@@ -685,7 +685,8 @@ impl Dev {
 
     /// `Vring::sync`: the ring starts at the first burst (loopback base:
     /// split 0, packed avail 0/wrap 1, used 0/wrap 1; split used index read
-    /// from memory) and asks for kicks.
+    /// from memory, and the next avail index moved to it when the base
+    /// disagrees) and asks for kicks.
     fn sync(&mut self, m: &mut Mem, c: &Cfg) {
         if self.created {
             return;
@@ -696,6 +697,10 @@ impl Dev {
             let u = m.r16(used + 2);
             self.next_used = u;
             self.published_used = u;
+            // A base that disagrees with the used index: the ring starts at
+            // the used index (`SplitRing::start_at_used`).
+            self.next_avail = u;
+            self.avail_cache = u;
         }
         self.enable_notification(m, c);
     }
