@@ -206,11 +206,6 @@ impl SwitchProc {
         serde_json::from_slice(&b).unwrap_or_else(|e| panic!("GET {path}: {e}"))
     }
 
-    /// `GET /ports/{port}/stats`.
-    pub fn port_stats(&self, port: &str) -> PortStats {
-        self.get(&format!("/ports/{port}/stats"))
-    }
-
     /// The counters of `ports` once none of them moved for `quiet` (what
     /// the frontends queued is drained), in the order given.
     ///
@@ -223,7 +218,7 @@ impl SwitchProc {
         quiet: Duration,
         timeout: Duration,
     ) -> Vec<PortStats> {
-        let read = || ports.iter().map(|p| self.port_stats(p)).collect::<Vec<_>>();
+        let read = || ports.iter().map(|p| self.stats(p)).collect::<Vec<_>>();
         let t0 = Instant::now();
         let mut last = read();
         loop {
@@ -272,21 +267,7 @@ impl SwitchProc {
     ///
     /// If they still move after 20 s.
     pub fn settle(&self, ports: &[&str]) -> Vec<PortStats> {
-        let read = || ports.iter().map(|p| self.stats(p)).collect::<Vec<_>>();
-        let t0 = Instant::now();
-        let mut last = read();
-        loop {
-            std::thread::sleep(Duration::from_millis(300));
-            let now = read();
-            if now == last {
-                return now;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "the counters of {ports:?} never settle"
-            );
-            last = now;
-        }
+        self.quiet_stats(ports, Duration::from_millis(300), Duration::from_secs(20))
     }
 
     /// Starts `vhuctl capture PORT -c COUNT`, its pcapng read by

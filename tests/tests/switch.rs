@@ -21,7 +21,7 @@
 //! runs them with `--include-ignored`, one at a time.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vhu_api::{ApiError, FdbEntryView, PortStats, PortView};
 use vhu_tests::switch::SwitchProc;
@@ -51,7 +51,7 @@ fn parse_case(line: &str) -> (String, String, String, u16, String) {
 }
 
 fn stats(sw: &SwitchProc, port: &str) -> PortStats {
-    sw.get(&format!("/ports/{port}/stats"))
+    sw.stats(port)
 }
 
 fn names(sw: &SwitchProc) -> Vec<String> {
@@ -282,23 +282,10 @@ fn restart_keeps_ports_and_sigterm_removes_sockets() {
     assert_eq!(names(&sw), ["a"], "a removal is persisted");
 }
 
-/// Waits until `port`'s counters stop moving (the switch drained what the
-/// frontends queued); returns them.
+/// `port`'s counters once they stop moving (the switch drained what the
+/// frontends queued).
 fn settled(sw: &SwitchProc, port: &str) -> PortStats {
-    let mut last = stats(sw, port);
-    let t0 = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(300));
-        let now = stats(sw, port);
-        if now == last {
-            return now;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "{port}'s counters never settle"
-        );
-        last = now;
-    }
+    sw.settle(&[port]).remove(0)
 }
 
 fn drops(q: &vhu_api::QueueStats, rx: bool, reason: &str) -> u64 {

@@ -137,7 +137,7 @@ fn quiet_counters(
     for _ in 0..10 {
         let before = sw.quiet_stats(ports, QUIET, Duration::from_secs(30));
         let inside: Vec<_> = guests.iter_mut().map(|g| counters(g)).collect();
-        let after: Vec<PortStats> = ports.iter().map(|p| sw.port_stats(p)).collect();
+        let after: Vec<PortStats> = ports.iter().map(|p| sw.stats(p)).collect();
         if after == before {
             return (after, inside);
         }
@@ -432,19 +432,13 @@ fn uptime(g: &mut GuestHandle) -> f64 {
 fn until_delivered(sw: &SwitchProc, ports: &[&str], frames: u64, timeout: Duration) -> Duration {
     let t0 = Instant::now();
     loop {
-        if ports
-            .iter()
-            .all(|p| sw.port_stats(p).total.rx_packets >= frames)
-        {
+        if ports.iter().all(|p| sw.stats(p).total.rx_packets >= frames) {
             return t0.elapsed();
         }
         assert!(
             t0.elapsed() < timeout,
             "{ports:?} got fewer than {frames} frames in {timeout:?}: {:?}\n{}",
-            ports
-                .iter()
-                .map(|p| sw.port_stats(p).total)
-                .collect::<Vec<_>>(),
+            ports.iter().map(|p| sw.stats(p).total).collect::<Vec<_>>(),
             sw.log()
         );
         thread::sleep(Duration::from_millis(10));
