@@ -54,7 +54,8 @@
 #
 # Output: lines "VHU-RESULT key=value ..." (values never contain spaces):
 #   cpus=N  features=<0/1 string>  queues=N  carrier=0|1
-#   ping_cpuI_sent=N  sent=N
+#   ping_cpuI_sent=N ping_cpuI_received=N  sent=N received=N
+#        ip_in_hdr_errors=N icmp_in_csum_errors=N
 #   net: ping_sent=N ping_received=N peer_mac=MAC
 #        tftp_get_bytes=N tftp_get_sha256=HEX tftp_put_bytes=N tftp_put_sha256=HEX
 #        tcp_tx_bytes=N tcp_tx_sha256=HEX tcp_tx_peer_sha256=HEX tcp_tx_peer_bytes=N tcp_tx_ms=N
@@ -63,8 +64,8 @@
 #   done            (last line on success)
 #   error=<what>    (on failure, instead of done)
 # For vhu.test=ping the peer is expected to reflect frames, not to answer
-# pings: ping replies are not needed, the guest's receive counters are what
-# the tests check.
+# pings: the guest answers its own reflected requests (see test_ping), so
+# `received` counts the requests that came back with valid checksums.
 
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin
@@ -197,7 +198,27 @@ test_ping() {
 	[ "$cpus" -lt 1 ] && cpus=1
 
 	arp -s "$VHU_peer" "$VHU_peer_mac" || fail "arp"
+	# The peer reflects each request as is (addresses swapped at L2 only).
+	# To check what comes back, the peer's address is made local (on lo)
+	# and the requests are routed out of eth0 all the same: a rule ahead of
+	# the local table sends what this host sends from its own address to the
+	# peer's through eth0. A reflected request then arrives on eth0 for a
+	# local address: the kernel verifies its IP header and ICMP checksums
+	# (the ICMP one over every payload byte), drops it if either is wrong,
+	# and answers the intact ones through lo. Replies received = requests
+	# that came back intact.
+	own=${VHU_ip%/*}
+	ip addr add "$VHU_peer/32" dev lo || fail "peer-addr"
+	ip route add "$VHU_peer" dev eth0 table 100 || fail "route-table"
+	ip rule add pref 10 iif lo from "$own" to "$VHU_peer" lookup 100 || fail "rule-out"
+	ip rule add pref 100 lookup local || fail "rule-local"
+	ip rule del pref 0 || fail "rule-del"
+	for c in all eth0; do
+		echo 0 >/proc/sys/net/ipv4/conf/$c/rp_filter || fail "rp-filter"
+	done
+	echo 1 >/proc/sys/net/ipv4/conf/eth0/accept_local || fail "accept-local"
 	total=0
+	received=0
 	cpu=0
 	while [ $cpu -lt "$cpus" ]; do
 		if [ "$cpus" -gt 1 ]; then
@@ -206,19 +227,25 @@ test_ping() {
 		else
 			pin=
 		fi
-		# No replies come back (the peer reflects the request as is), so
-		# ping exits 1; -W 1 stops it waiting 10 s for the last reply.
-		out=$($pin ping -q -c "$VHU_count" -i 0.005 -W 1 -s "$VHU_size" "$VHU_peer" 2>&1)
+		# ping exits 1 when a reply is missing; the counts tell.
+		out=$($pin ping -q -c "$VHU_count" -i 0.005 -W 1 -s "$VHU_size" -I "$own" "$VHU_peer" 2>&1)
 		sent=$(echo "$out" | sed -n 's/^\([0-9][0-9]*\) packets transmitted.*/\1/p')
-		if ! is_number "$sent"; then
+		got=$(echo "$out" | sed -n 's/.* \([0-9][0-9]*\) packets received.*/\1/p')
+		if ! is_number "$sent" || ! is_number "$got"; then
 			echo "$out"
 			fail "ping-cpu$cpu"
 		fi
-		result "ping_cpu${cpu}_sent=$sent"
+		result "ping_cpu${cpu}_sent=$sent ping_cpu${cpu}_received=$got"
 		total=$((total + sent))
+		received=$((received + got))
 		cpu=$((cpu + 1))
 	done
-	result "sent=$total"
+	result "sent=$total received=$received"
+	# What the kernel refused: IP header and ICMP checksum errors.
+	result "$(awk '$1 == "Ip:" && !h { for (i = 2; i <= NF; i++) n[i] = $i; h = 1; next }
+		$1 == "Ip:" { for (i = 2; i <= NF; i++) if (n[i] == "InHdrErrors") print "ip_in_hdr_errors=" $i }
+		$1 == "Icmp:" && !k { for (i = 2; i <= NF; i++) m[i] = $i; k = 1; next }
+		$1 == "Icmp:" { for (i = 2; i <= NF; i++) if (m[i] == "InCsumErrors") print "icmp_in_csum_errors=" $i }' /proc/net/snmp | tr '\n' ' ')"
 }
 
 # Milliseconds since boot.
