@@ -34,6 +34,12 @@ pub const FLOOD: &str = include_str!("../peers/flood.py");
 /// `tests/peers/guest_peer.py`.
 pub const GUEST_PEER: &str = include_str!("../peers/guest_peer.py");
 
+/// Sends 64-byte IPv4/UDP frames round-robin over many flows (a source MAC
+/// and UDP port per flow): `IFNAME COUNT FLOWS SRC_PREFIX DST_MAC`.
+///
+/// `tests/peers/send_flows.py`.
+pub const SEND_FLOWS: &str = include_str!("../peers/send_flows.py");
+
 /// Sends raw Ethernet frames on an interface.
 ///
 /// `tests/peers/send_frames.py`.

@@ -17,6 +17,12 @@
 //!   capture | tcpdump -r -` shows the frames. One testpmd connects through
 //!   a short symlink to a 200-byte socket directory.
 //!
+//! * `multiqueue_ports_spread_over_two_pmds`: two-queue vhost-user ports on
+//!   two PMDs; both TX queues polled, every frame delivered or counted.
+//! * `multiqueue_uplinks_carry_every_frame`: a two-queue AF_PACKET uplink
+//!   (fanout) and a two-queue TAP taken over by a pod's namespace: flows
+//!   spread over both queues of each, every frame accounted for exactly.
+//!
 //! They need root and the peers (`scripts/install-peers.sh`); `scripts/test.sh`
 //! runs them with `--include-ignored`, one at a time.
 
@@ -24,6 +30,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use vhu_api::{ApiError, FdbEntryView, PortStats, PortView};
+use vhu_tests::netns::{self, Netns, VethPair};
+use vhu_tests::peers;
 use vhu_tests::switch::SwitchProc;
 use vhu_tests::testpmd::{FrontendOpts, Lcores, RunDir, Testpmd};
 
@@ -590,5 +598,119 @@ queues = 2
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
         assert!(frames > 1000, "pmd {p} moved {frames} frames:\n{m}");
+    }
+}
+
+/// Multiqueue uplinks: an AF_PACKET port with two sockets in one fanout
+/// group on a two-queue veth, and a two-queue TAP that a pod's namespace
+/// took over (moved and renamed). Frames over many flows from either side
+/// spread over both queues of both ports, and every frame sent is accounted
+/// for exactly: taken from the source's queues or counted as dropped there,
+/// then delivered to the other port's queues or counted there, and what
+/// the switch delivered is what the far side's kernel received.
+#[test]
+#[ignore = "needs root and the peers: run scripts/test.sh"]
+fn multiqueue_uplinks_carry_every_frame() {
+    const FRAMES: u64 = 4000;
+    const FLOWS: &str = "64";
+    let run = RunDir::new("switch-mq-up");
+    let veth = VethPair::with_queues(2);
+    veth.set_host_ipv6(false).expect("IPv6 off on the host end");
+    let pod = Netns::new();
+    let tap = netns::unique_ifname("q");
+    let config = format!(
+        r#"
+[[port]]
+name = "up"
+kind = "af_packet"
+interface = "{}"
+queues = 2
+
+[[port]]
+name = "tp"
+kind = "tap"
+interface = "{tap}"
+queues = 2
+"#,
+        veth.host()
+    );
+    let sw = SwitchProc::start(&run, &config, &[]);
+    netns::run(&["ip", "link", "set", &tap, "netns", pod.name()]);
+    pod.exec(&["ip", "link", "set", &tap, "name", "eth1", "up"]);
+    // Each TAP queue holds more frames than the test sends (the kernel's
+    // default of 500 drops a blast before the switch wakes up to read it;
+    // those drops are the kernel's, outside the switch's counters).
+    pod.exec(&["ip", "link", "set", "eth1", "txqueuelen", "8192"]);
+    pod.wait_link_up("eth1", Duration::from_secs(5));
+
+    // Source MACs of one side are never the other side's destination, so
+    // every frame is unknown unicast, flooded to the one other port.
+    let sides = [
+        (
+            "up",
+            veth.ns(),
+            veth.peer(),
+            "02:00:00:0a:00",
+            "02:00:00:0b:ff:ff",
+        ),
+        ("tp", &pod, "eth1", "02:00:00:0b:00", "02:00:00:0a:ff:ff"),
+    ];
+    for (i, &(from, ns, ifname, prefix, dst)) in sides.iter().enumerate() {
+        let (to, far_ns, far_if) = {
+            let o = &sides[1 - i];
+            (o.0, o.1, o.2)
+        };
+        let before = sw.settle(&[from, to]);
+        let far_before = far_ns.link_stats(far_if).rx_packets;
+        let near_before = ns.link_stats(ifname).tx_dropped;
+        let mut tx = ns.spawn_python(
+            peers::SEND_FLOWS,
+            &[ifname, &FRAMES.to_string(), FLOWS, prefix, dst],
+        );
+        tx.wait_for_stdout(&format!("sent={FRAMES}"), Duration::from_secs(60));
+        let after = sw.settle(&[from, to]);
+        let far = far_ns.link_stats(far_if).rx_packets - far_before;
+        let near_dropped = ns.link_stats(ifname).tx_dropped - near_before;
+        let (src0, src1, dst0, dst1) = (&before[0], &after[0], &before[1], &after[1]);
+        let taken = src1.total.tx_packets - src0.total.tx_packets;
+        let refused = src1.total.tx_dropped_total() - src0.total.tx_dropped_total();
+        let delivered = dst1.total.rx_packets - dst0.total.rx_packets;
+        let lost = dst1.total.rx_dropped_total() - dst0.total.rx_dropped_total();
+        let what = format!("{from} -> {to}: {src1:?}\n{dst1:?}");
+        assert_eq!(near_dropped, 0, "the kernel dropped on {ifname}\n{what}");
+        assert_eq!(
+            taken + refused,
+            FRAMES,
+            "every frame sent on {from}\n{what}"
+        );
+        assert_eq!(
+            delivered + lost,
+            taken,
+            "every frame taken, into {to}\n{what}"
+        );
+        assert!(
+            delivered >= FRAMES * 95 / 100,
+            "{delivered} of {FRAMES} delivered\n{what}"
+        );
+        assert_eq!(far, delivered, "the far side's kernel received\n{what}");
+        for (q, (a, b)) in src0.queues.iter().zip(&src1.queues).enumerate() {
+            assert!(
+                b.tx_packets - a.tx_packets > FRAMES / 10,
+                "{from} queue {q} took {} frames: the flows spread over both\n{what}",
+                b.tx_packets - a.tx_packets
+            );
+        }
+        for (q, (a, b)) in dst0.queues.iter().zip(&dst1.queues).enumerate() {
+            assert!(
+                b.rx_packets - a.rx_packets > FRAMES / 10,
+                "{to} queue {q} got {} frames: the flows spread over both\n{what}",
+                b.rx_packets - a.rx_packets
+            );
+        }
+        assert_eq!(
+            (src1.queues.len(), dst1.queues.len()),
+            (2, 2),
+            "two queues each\n{what}"
+        );
     }
 }

@@ -89,10 +89,10 @@ pub struct PortCounters {
     pub tx_drops: [AtomicU64; DropReason::COUNT],
     /// Frames for the port dropped before its sink (MTU, VLAN), by reason.
     pub rx_drops: [AtomicU64; DropReason::COUNT],
-    /// Uplinks: the uplink's own counters (its queues summed), published by
-    /// the PMD every 100 ms (their kernel part costs a syscall: never per
+    /// Uplinks: the uplink's own counters, one per queue, published by the
+    /// PMD every 100 ms (their kernel part costs a syscall: never per
     /// burst).
-    pub uplink: Mutex<UplinkCounters>,
+    pub uplink: Mutex<Vec<UplinkCounters>>,
     /// Whether the uplink is open / the guest's rings run.
     pub connected: AtomicBool,
 }
@@ -663,28 +663,16 @@ impl Pmd {
     }
 }
 
-/// Publishes an uplink's counters (its queues summed) into its shared ones.
+/// Publishes an uplink's counters, queue by queue, into its shared ones.
 fn publish_uplink(p: &PortDp) {
-    let mut sum = UplinkCounters::default();
-    let mut any = false;
+    let mut per_queue = Vec::with_capacity(p.queues.len());
     for q in p.queues.iter() {
         if let QueueEnd::Uplink(u) = &q.lock().unwrap_or_else(|e| e.into_inner()).end {
-            let c = u.counters();
-            sum.rx_packets += c.rx_packets;
-            sum.rx_bytes += c.rx_bytes;
-            sum.tx_packets += c.tx_packets;
-            sum.tx_bytes += c.tx_bytes;
-            for (r, n) in c.rx_drops.iter() {
-                sum.rx_drops.add(r, n);
-            }
-            for (r, n) in c.tx_drops.iter() {
-                sum.tx_drops.add(r, n);
-            }
-            any = true;
+            per_queue.push(u.counters());
         }
     }
-    if any {
-        *p.counters.uplink.lock().unwrap_or_else(|e| e.into_inner()) = sum;
+    if !per_queue.is_empty() {
+        *p.counters.uplink.lock().unwrap_or_else(|e| e.into_inner()) = per_queue;
     }
 }
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use vhost_net_backend::io::UplinkCounters;
 use vhost_net_backend::stats::DropCounts;
 use vhost_net_backend::DropReason;
 use vhu_api::{
@@ -503,18 +504,30 @@ impl Switch {
             }
             Handle::Uplink(_) => {
                 // The port's rx is the uplink's tx (into the NIC), and back.
-                let c = *e.counters.uplink.lock().unwrap_or_else(|p| p.into_inner());
-                let (mut rxd, mut txd) = (c.tx_drops, c.rx_drops);
-                merge(&mut rxd, &sw_rx);
-                merge(&mut txd, &sw_tx);
-                queues.push(queue(
-                    c.tx_packets,
-                    c.tx_bytes,
-                    c.rx_packets,
-                    c.rx_bytes,
-                    &rxd,
-                    &txd,
-                ));
+                let mut per_queue = e
+                    .counters
+                    .uplink
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                // Zeros until the PMD first publishes them.
+                let n = per_queue.len().max(e.spec.queues() as usize);
+                per_queue.resize_with(n, UplinkCounters::default);
+                for (q, c) in per_queue.iter().enumerate() {
+                    let (mut rxd, mut txd) = (c.tx_drops, c.rx_drops);
+                    if q == 0 {
+                        merge(&mut rxd, &sw_rx);
+                        merge(&mut txd, &sw_tx);
+                    }
+                    queues.push(queue(
+                        c.tx_packets,
+                        c.tx_bytes,
+                        c.rx_packets,
+                        c.rx_bytes,
+                        &rxd,
+                        &txd,
+                    ));
+                }
             }
         }
         let mut total = QueueStats::default();
