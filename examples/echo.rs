@@ -100,9 +100,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    drop(port);
     vhu_examples::print_queue_counters(&qps);
     vhu_examples::print_cycles(&cycles);
+    // The queues go first: the port's shutdown then stops rings that no
+    // data plane holds any more, without waiting for an acknowledgement
+    // that would never come (a connected frontend's rings run).
+    drop(qps);
+    drop(port);
     ExitCode::SUCCESS
 }
 

@@ -342,8 +342,12 @@ fn serve<U: Uplink>(uplink: U, args: &Args, stop: &AtomicBool) -> Result<(), Fai
         Port::new(cfg).map_err(|e| Failure::Usage(vhu_examples::error_chain(&e)))?;
     let mut dp = DataPlane::new(uplink, args.burst);
     let res = dp.run(args, &port, &mut qps, stop);
-    drop(port);
     print_counters(&qps, &dp);
+    // The queues go first: the port's shutdown then stops rings that no
+    // data plane holds any more, without waiting for an acknowledgement
+    // that would never come (a connected frontend's rings run).
+    drop(qps);
+    drop(port);
     res.map_err(|e| Failure::Runtime(format!("data plane: {e}")))
 }
 
