@@ -119,7 +119,11 @@ state = "{state}"
         self.child = Some(child);
         let t0 = Instant::now();
         while self.try_call("Version", &json!({})).is_err() {
-            if let Some(st) = self.child.as_mut().and_then(|ch| ch.try_wait().ok().flatten()) {
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|ch| ch.try_wait().ok().flatten())
+            {
                 panic!("containerd exited with {st}:\n{}", self.log());
             }
             assert!(
@@ -255,7 +259,10 @@ state = "{state}"
         });
         let r = self.call("RunPodSandbox", &json!({"config": config}));
         Sandbox {
-            id: r["pod_sandbox_id"].as_str().expect("pod_sandbox_id").to_owned(),
+            id: r["pod_sandbox_id"]
+                .as_str()
+                .expect("pod_sandbox_id")
+                .to_owned(),
             config,
         }
     }

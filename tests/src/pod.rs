@@ -123,7 +123,17 @@ fn copy_with_libs(root: &Path, bin: &Path) {
 ///
 /// If a binary is missing (`scripts/install-peers.sh` installs them).
 pub fn build_rootfs(root: &Path) {
-    for d in ["bin", "proc", "sys", "dev", "etc", "tmp", "run", "var/run/vhu", "out"] {
+    for d in [
+        "bin",
+        "proc",
+        "sys",
+        "dev",
+        "etc",
+        "tmp",
+        "run",
+        "var/run/vhu",
+        "out",
+    ] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
     let busybox = Path::new("/bin/busybox");

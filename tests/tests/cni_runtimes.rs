@@ -7,30 +7,35 @@
 //!
 //! * `containerd_cri_pods_on_vhu_cni`, one containerd and one switch:
 //!   - vhost-user (`vmRole: server`): pod A's testpmd (`rxonly`) and pod
-//!     B's (`txonly`, 3 s) each open the socket the plugin placed
-//!     (`/var/run/vhu/eth0/sock` in the pod, the pod's host directory
-//!     mounted there); the switch's two ports are the plugin's
-//!     (`cni-...`, client role, the host socket paths under the pods'
-//!     directories) and connected; B's TX count equals the switch's RX on
-//!     B's port, the switch's TX on A's port is more than 10,000 frames;
-//!   - restart: the switch `kill -9`ed and restarted on the same state while
-//!     the pods are up: both ports come back (same names, sockets, client
-//!     role), A's port reconnects to the running testpmd, a second sender
-//!     in pod B reconnects too, and traffic resumes (the switch's TX on A's
-//!     port moves again, more than 10,000 frames); A's testpmd received
-//!     exactly what the switch sent it before and after the restart;
-//!   - Stop/RemovePodSandbox leaves no port, socket directory, plugin
-//!     record or host-local allocation;
-//!   - tap: two pods (`kind: tap`); a container in pod A pings pod B's IP
-//!     (the CRI's PodSandboxStatus IP, the plugin's result) 3 times
-//!     (exit 0), and a 2 MB TCP transfer from pod A's network namespace to
-//!     `nc -l` in a container of pod B arrives with the sender's SHA-256;
-//!     then nothing is left behind either.
+//!     B's (`txonly`) each create the socket the plugin placed
+//!     (`/var/run/vhu/eth0/sock` in the pod: the pod's host directory, its
+//!     `emptyDir` under the kubelet's layout, mounted there); the switch's
+//!     two ports are the plugin's (`cni-...`, client role, on the host
+//!     sockets under the pods' directories) and connect; the pod's IP and
+//!     network namespace are the CRI's; B sends for 2 s after its frames
+//!     flow, is stopped (StopContainer: testpmd prints its counts): the
+//!     switch counted exactly what B sent, A got more than 10,000 frames;
+//!   - restart: the switch `kill -9`ed and restarted on the same state
+//!     while the pods are up: both ports come back (same names, sockets,
+//!     client role), A's port reconnects to the running testpmd, a second
+//!     sender in pod B is reached too, and traffic resumes (again exact on
+//!     B's side, more than 10,000 frames to A); A's testpmd received
+//!     exactly what the switch gave it before and after the restart;
+//!   - StopPodSandbox + RemovePodSandbox leave no port, socket, socket
+//!     directory, plugin record or host-local allocation;
+//!   - tap (the network swapped for a `kind: tap` one): two pods; a
+//!     container in pod A pings pod B's IP (the CRI's PodSandboxStatus IP,
+//!     from the plugin's result) 3 times, 3 replies; a 2 MB TCP transfer
+//!     from pod A's network namespace to `nc -l` in a container of pod B
+//!     arrives with the sender's SHA-256; removing the pods leaves nothing
+//!     either, and the pod's network namespace is gone.
 //! * `podman_pods_on_vhu_cni`, one switch, podman on a private
-//!   configuration: a `--rootfs` container's testpmd (`txonly`, 3 s) on
-//!   the plugin's socket reaches a host testpmd (`rxonly`) on a port of the
-//!   switch: exact counts on both sides; then two tap containers, one
-//!   pinging the other; `podman rm` leaves nothing behind.
+//!   configuration: a `--rootfs` container's testpmd (`txonly`) on the
+//!   plugin's socket reaches a host testpmd (`rxonly`) on a switch port:
+//!   the switch counted exactly what the container sent, the host got
+//!   exactly what the switch gave it (more than 10,000 frames); then two
+//!   tap containers, one pinging the other (`podman run --rm`: its port is
+//!   gone right after); `podman rm` leaves nothing behind.
 //!
 //! Needs root, the peers (`scripts/install-peers.sh`: containerd, runc,
 //! podman, grpcio-tools) and the release binaries. testpmd busy-polls: run
@@ -65,7 +70,8 @@ struct Net {
 
 impl Net {
     /// `kind` on the switch `sw`, subnet `10.<net>.0.0/24`; vhost-user
-    /// sockets under `hosts` (with `{podUID}` when `per_pod_uid`).
+    /// sockets under `hosts` (in a kubelet's layout, `{podUID}`, when
+    /// `uid_dir`).
     fn new(run: &RunDir, sw: &SwitchProc, name: &str, kind: &str, net: u8, uid_dir: bool) -> Self {
         let hosts = run.join(&format!("{name}-hosts"));
         let state = run.join(&format!("{name}-state"));
@@ -120,12 +126,21 @@ impl Net {
                 .filter(|p| !p.is_dir())
                 .collect::<Vec<_>>()
         };
-        assert_eq!(left(&self.hosts), Vec::<PathBuf>::new(), "{}: sockets", self.name);
+        assert_eq!(
+            left(&self.hosts),
+            Vec::<PathBuf>::new(),
+            "{}: sockets",
+            self.name
+        );
         let dirs: Vec<PathBuf> = walk(&self.hosts)
             .into_iter()
             .filter(|p| p.ends_with(IFNAME))
             .collect();
-        assert!(dirs.is_empty(), "{}: socket directories {dirs:?}", self.name);
+        assert!(
+            dirs.is_empty(),
+            "{}: socket directories {dirs:?}",
+            self.name
+        );
         assert_eq!(
             left(&self.state.join(&self.name)),
             Vec::<PathBuf>::new(),
@@ -140,7 +155,11 @@ impl Net {
                     .is_some_and(|n| n.parse::<std::net::IpAddr>().is_ok())
             })
             .collect();
-        assert!(ips.is_empty(), "{}: host-local allocations {ips:?}", self.name);
+        assert!(
+            ips.is_empty(),
+            "{}: host-local allocations {ips:?}",
+            self.name
+        );
     }
 }
 
@@ -177,11 +196,10 @@ fn wait_connected(sw: &SwitchProc, names: &[&str]) {
     let t0 = std::time::Instant::now();
     loop {
         let ports = cni_ports(sw);
-        if names.iter().all(|n| {
-            ports
-                .iter()
-                .any(|p| p.spec.name == *n && p.state.connected)
-        }) {
+        if names
+            .iter()
+            .all(|n| ports.iter().any(|p| p.spec.name == *n && p.state.connected))
+        {
             return;
         }
         assert!(
@@ -224,7 +242,14 @@ fn pattern_sha256(dir: &Path, n: usize) -> String {
 fn tcp_send_from(netns: &str, ip: &str, port: u16, n: usize) {
     let o = Command::new("nsenter")
         .arg(format!("--net={netns}"))
-        .args(["python3", "-c", peers::TCP_SEND, ip, &port.to_string(), &n.to_string()])
+        .args([
+            "python3",
+            "-c",
+            peers::TCP_SEND,
+            ip,
+            &port.to_string(),
+            &n.to_string(),
+        ])
         .output()
         .unwrap();
     assert!(
@@ -274,7 +299,10 @@ fn containerd_cri_pods_on_vhu_cni() {
     let (na, nb) = (port_a.spec.name.clone(), port_b.spec.name.clone());
 
     let mounts = |uid: &str| -> Vec<(PathBuf, &str)> {
-        vec![(vu.pod_dir(uid), POD_SOCKET_DIR), (out.clone(), POD_OUT_DIR)]
+        vec![
+            (vu.pod_dir(uid), POD_SOCKET_DIR),
+            (out.clone(), POD_OUT_DIR),
+        ]
     };
     let start = |pod: &Sandbox, uid: &str, name: &str, what, lcores, log: &str| {
         let m = mounts(uid);
@@ -282,20 +310,37 @@ fn containerd_cri_pods_on_vhu_cni() {
         let cmd = pod::testpmd_command(POD_SOCKET_DIR, IFNAME, true, what, lcores, log);
         ctd.start_container(pod, name, IMAGE, &cmd, &m)
     };
-    let rx = start(&pa, uid_a, "rx", PodTestpmd::Receive, Lcores::FRONTEND, "rx.log");
+    let rx = start(
+        &pa,
+        uid_a,
+        "rx",
+        PodTestpmd::Receive,
+        Lcores::FRONTEND,
+        "rx.log",
+    );
     wait_connected(&sw, &[&na]);
     // A sender in pod B until its frames have flowed for 2 s; the exact
     // counts once it stopped and the switch drained (the switch counts from
     // the frontend's side: `tx` is what B sent, `rx` what A got).
     let burst = |sw: &SwitchProc, log: &str| -> (u64, u64) {
-        let tx = start(&pb, uid_b, log, PodTestpmd::Send, Lcores::BACKEND, &format!("{log}.log"));
+        let tx = start(
+            &pb,
+            uid_b,
+            log,
+            PodTestpmd::Send,
+            Lcores::BACKEND,
+            &format!("{log}.log"),
+        );
         wait_connected(sw, &[&nb]);
         wait_moving(sw, &nb);
         std::thread::sleep(Duration::from_secs(2));
         ctd.stop_container(&tx, Duration::from_secs(10));
         let s = sw.settle(&[&na, &nb]);
         let sent = pod::testpmd_totals(&out.join(format!("{log}.log"))).tx_packets;
-        assert_eq!(s[1].total.tx_packets, sent, "{log}: the switch got all B sent: {s:?}");
+        assert_eq!(
+            s[1].total.tx_packets, sent,
+            "{log}: the switch got all B sent: {s:?}"
+        );
         let to_a = s[0].total.rx_packets;
         assert!(to_a > 10_000, "{log}: A got only {to_a} of {sent}: {s:?}");
         (sent, to_a)
@@ -345,14 +390,18 @@ fn containerd_cri_pods_on_vhu_cni() {
         &tb,
         "nc",
         IMAGE,
-        &sh(&format!("nc -l -p 5001 | sha256sum > {POD_OUT_DIR}/tcp.sum")),
+        &sh(&format!(
+            "nc -l -p 5001 | sha256sum > {POD_OUT_DIR}/tcp.sum"
+        )),
         &m,
     );
     let ping = ctd.start_container(
         &ta,
         "ping",
         IMAGE,
-        &sh(&format!("ping -c 3 -W 5 {ip_tb} > {POD_OUT_DIR}/ping.log 2>&1")),
+        &sh(&format!(
+            "ping -c 3 -W 5 {ip_tb} > {POD_OUT_DIR}/ping.log 2>&1"
+        )),
         &m,
     );
     let code = ctd.wait_exit(&ping, Duration::from_secs(30));
@@ -362,7 +411,11 @@ fn containerd_cri_pods_on_vhu_cni() {
     tcp_send_from(&netns_ta, &ip_tb, 5001, TCP_BYTES);
     assert_eq!(ctd.wait_exit(&nc, Duration::from_secs(30)), 0);
     let sum = std::fs::read_to_string(out.join("tcp.sum")).unwrap();
-    assert_eq!(sum.split_whitespace().next(), Some(want.as_str()), "TCP data");
+    assert_eq!(
+        sum.split_whitespace().next(),
+        Some(want.as_str()),
+        "TCP data"
+    );
     for p in [&ta, &tb] {
         ctd.remove_pod(p);
     }
@@ -388,12 +441,13 @@ fn podman_pods_on_vhu_cni() {
 
     // ---- vhost-user: a container's testpmd to a host testpmd --------------
     let vu = Net::new(&run, &sw, "vhu-pm-vu", "vhost-user", 83, false);
-    std::fs::write(
-        pm.net_dir.join("vhu-pm-vu.conflist"),
-        vu.conf.to_string(),
-    )
-    .unwrap();
-    sw.call("POST", "/ports", r#"{"name":"host","kind":"vhost-user"}"#, 201);
+    std::fs::write(pm.net_dir.join("vhu-pm-vu.conflist"), vu.conf.to_string()).unwrap();
+    sw.call(
+        "POST",
+        "/ports",
+        r#"{"name":"host","kind":"vhost-user"}"#,
+        201,
+    );
     let mut o = FrontendOpts::new(sw.sockets.join("host.sock"));
     o.port.forward_mode = "rxonly".into();
     o.port.lcores = Lcores::FRONTEND;
@@ -410,11 +464,29 @@ fn podman_pods_on_vhu_cni() {
         Lcores::BACKEND,
         "pm-tx.log",
     );
-    let script = format!(". /run/.containerenv; {}", cmd[2]);
+    // testpmd is not its process 1 here: podman tears the network (and the
+    // port) down as soon as the container exits, and the switch's counts
+    // are read after testpmd stopped.
+    let script = format!(
+        ". /run/.containerenv; {}; exec sleep 600",
+        cmd[2].trim_start_matches("exec ")
+    );
     let hosts_mount = format!("{}:/var/run/vhu-pods", vu.hosts.display());
     let cid = pm.run(&[
-        "run", "-d", "--privileged", "--network", "vhu-pm-vu", "-v", &hosts_mount, "-v",
-        &out_mount, "--rootfs", rootfs_s, "/bin/sh", "-c", &script,
+        "run",
+        "-d",
+        "--privileged",
+        "--network",
+        "vhu-pm-vu",
+        "-v",
+        &hosts_mount,
+        "-v",
+        &out_mount,
+        "--rootfs",
+        rootfs_s,
+        "/bin/sh",
+        "-c",
+        &script,
     ]);
     let sock = vu.hosts.join(&cid).join(IFNAME).join("sock");
     let port = port_on(&sw, &sock);
@@ -422,38 +494,81 @@ fn podman_pods_on_vhu_cni() {
     wait_connected(&sw, &[&port.spec.name]);
     wait_moving(&sw, &port.spec.name);
     std::thread::sleep(Duration::from_secs(2));
-    pm.run(&["stop", "-t", "10", &cid]);
+    pm.run(&[
+        "exec",
+        &cid,
+        "/bin/sh",
+        "-c",
+        "kill -INT $(pidof dpdk-testpmd)",
+    ]);
+    pod::wait_log(
+        &out.join("pm-tx.log"),
+        "Accumulated forward statistics",
+        Duration::from_secs(20),
+    );
     let st = sw.settle(&["host", &port.spec.name]);
     let fwd = host.stop();
     let sent = pod::testpmd_totals(&out.join("pm-tx.log")).tx_packets;
-    assert_eq!(st[1].total.tx_packets, sent, "the switch got all the container sent");
-    assert_eq!(fwd.total.rx_packets, st[0].total.rx_packets, "host got what the switch gave");
+    assert_eq!(
+        st[1].total.tx_packets, sent,
+        "the switch got all the container sent"
+    );
+    assert_eq!(
+        fwd.total.rx_packets, st[0].total.rx_packets,
+        "host got what the switch gave"
+    );
     assert!(fwd.total.rx_packets > 10_000, "{fwd:?}");
-    println!("podman vhost-user: sent {sent}, host received {}", fwd.total.rx_packets);
-    pm.run(&["rm", "-f", &cid]);
+    println!(
+        "podman vhost-user: sent {sent}, host received {}",
+        fwd.total.rx_packets
+    );
+    pm.run(&["rm", "-f", "-t", "0", &cid]);
     vu.assert_nothing_left(&sw);
 
     // ---- tap: one container pings another --------------------------------
     let tap = Net::new(&run, &sw, "vhu-pm-tap", "tap", 84, false);
-    std::fs::write(
-        pm.net_dir.join("vhu-pm-tap.conflist"),
-        tap.conf.to_string(),
-    )
-    .unwrap();
+    std::fs::write(pm.net_dir.join("vhu-pm-tap.conflist"), tap.conf.to_string()).unwrap();
     let a = pm.run(&[
-        "run", "-d", "--network", "vhu-pm-tap", "--rootfs", rootfs_s, "/bin/sleep", "600",
+        "run",
+        "-d",
+        "--network",
+        "vhu-pm-tap",
+        "--rootfs",
+        rootfs_s,
+        "/bin/sleep",
+        "600",
     ]);
     let ip_a = pm.run(&[
-        "inspect", "-f", "{{(index .NetworkSettings.Networks \"vhu-pm-tap\").IPAddress}}", &a,
+        "inspect",
+        "-f",
+        "{{(index .NetworkSettings.Networks \"vhu-pm-tap\").IPAddress}}",
+        &a,
     ]);
     assert!(ip_a.starts_with("10.84.0."), "{ip_a}");
     let ping = pm.try_run(&[
-        "run", "--rm", "--network", "vhu-pm-tap", "--rootfs", rootfs_s, "/bin/ping", "-c", "3",
-        "-W", "5", &ip_a,
+        "run",
+        "--rm",
+        "--network",
+        "vhu-pm-tap",
+        "--rootfs",
+        rootfs_s,
+        "/bin/ping",
+        "-c",
+        "3",
+        "-W",
+        "5",
+        &ip_a,
     ]);
     let text = String::from_utf8_lossy(&ping.stdout);
-    assert!(ping.status.success() && text.contains("3 packets received"), "{text}");
-    assert_eq!(cni_ports(&sw).len(), 1, "the pinging container's port is gone");
+    assert!(
+        ping.status.success() && text.contains("3 packets received"),
+        "{text}"
+    );
+    assert_eq!(
+        cni_ports(&sw).len(),
+        1,
+        "the pinging container's port is gone"
+    );
     pm.run(&["rm", "-f", "-t", "0", &a]);
     tap.assert_nothing_left(&sw);
 }
