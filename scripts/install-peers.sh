@@ -19,7 +19,11 @@
 #   * 2 MiB hugepages (scripts/hugepages.sh);
 #   * Open vSwitch with DPDK (openvswitch-switch-dpdk), the switch benchmark's
 #     reference (benches/vs-switches.sh); installed without starting its
-#     daemons, which the benchmark runs on private databases.
+#     daemons, which the benchmark runs on private databases;
+#   * container runtimes for vhu-cni's tests: containerd (its CRI plugin),
+#     runc, podman (CNI backend), catatonit, iptables, without starting their
+#     daemons; grpcio-tools (PyPI, pinned) in the same virtualenv, for the
+#     tests' CRI client.
 #
 # Only the package registries are needed. Every step is skipped when already
 # done, so a second run takes a few seconds and touches no network. Exits
