@@ -19,7 +19,11 @@
 #   * 2 MiB hugepages (scripts/hugepages.sh);
 #   * Open vSwitch with DPDK (openvswitch-switch-dpdk), the switch benchmark's
 #     reference (benches/vs-switches.sh); installed without starting its
-#     daemons, which the benchmark runs on private databases.
+#     daemons, which the benchmark runs on private databases;
+#   * container runtimes for vhu-cni's tests: containerd (its CRI plugin),
+#     runc, podman (CNI backend), catatonit, iptables, without starting their
+#     daemons; grpcio-tools (PyPI, pinned) in the same virtualenv, for the
+#     tests' CRI client.
 #
 # Only the package registries are needed. Every step is skipped when already
 # done, so a second run takes a few seconds and touches no network. Exits
@@ -266,6 +270,49 @@ else
 	[[ -x $ovs_vswitchd_dpdk ]] || die "$ovs_vswitchd_dpdk missing after installing ${ovs_packages[*]}"
 fi
 
+# ---- 7. Container runtimes for vhu-cni (containerd's CRI, podman) ----------
+# containerd 1.6 (its CRI plugin is the kubelet's path) and podman 4.3 with
+# its CNI backend run pods whose network is vhu-cni (tests/tests/cni_runtimes.rs).
+# Neither daemon is started by the packages (a policy-rc.d answering 101, as
+# for OVS): the tests start containerd by hand on a private config, and give
+# podman a private CONTAINERS_CONF, root and runroot. grpcio-tools (PyPI,
+# pinned) in the peers' venv compiles the vendored CRI api.proto into the
+# Python CRI client's stubs (it ships its own protoc).
+runtime_packages=(containerd runc podman catatonit iptables)
+grpc_tools_version=1.85.1
+if installed "${runtime_packages[@]}"; then
+	log "container runtimes already installed: ${runtime_packages[*]}"
+else
+	apt_update_once
+	policy=/usr/sbin/policy-rc.d
+	own_policy=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\n# vhu install-peers.sh: no daemon starts while it installs.\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+		own_policy=1
+		trap 'rm -f "$policy"' EXIT
+	fi
+	log "apt-get install ${runtime_packages[*]} (daemons not started)"
+	rc=0
+	apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${runtime_packages[@]}" || rc=$?
+	if ((own_policy)); then
+		rm -f "$policy"
+		trap - EXIT
+	fi
+	((rc == 0)) || die "apt-get install ${runtime_packages[*]} failed"
+fi
+grpc_version() {
+	"$venv_dir/bin/python" -c 'import importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null || true
+}
+if [[ $(grpc_version) == "$grpc_tools_version" ]]; then
+	log "grpcio-tools $grpc_tools_version already installed in $venv_dir"
+else
+	log "installing grpcio-tools $grpc_tools_version (and grpcio) into $venv_dir"
+	"$venv_dir/bin/python" -m pip install -q "grpcio-tools==$grpc_tools_version" "grpcio==$grpc_tools_version" ||
+		die "pip install grpcio-tools==$grpc_tools_version failed"
+	[[ $(grpc_version) == "$grpc_tools_version" ]] || die "grpcio-tools is '$(grpc_version)' after install, want $grpc_tools_version"
+fi
+
 log "all peers ready in $((SECONDS - start)) s:"
 log "  qemu:      $(command -v qemu-system-x86_64) ($(qemu-system-x86_64 --version | head -n1))"
 log "  testpmd:   $(command -v dpdk-testpmd)"
@@ -274,3 +321,4 @@ log "  initramfs: $peers_dir/initramfs.gz"
 log "  st:        $venv_dir/bin/st (schemathesis $(st_version))"
 log "  hugepages: $(</proc/sys/vm/nr_hugepages) x 2 MiB"
 log "  ovs-dpdk:  $ovs_vswitchd_dpdk ($("$ovs_vswitchd_dpdk" --version | head -n1))"
+log "  runtimes:  $(containerd --version) / $(podman --version) / grpcio-tools $(grpc_version)"

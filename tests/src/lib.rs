@@ -8,10 +8,12 @@
 
 pub mod bench;
 pub mod bins;
+pub mod cri;
 pub mod echo;
 pub mod features;
 pub mod netns;
 pub mod peers;
+pub mod pod;
 pub mod qemu;
 pub mod switch;
 pub mod testpmd;
