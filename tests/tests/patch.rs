@@ -796,8 +796,15 @@ fn testpmd_frames_reach_peer(kind: Kind) {
     // has handed everything on (read before patch stops: a TAP goes with it).
     let after = settled_link_stats(ns, link.ifname());
     let host_after = host(&link);
+    // SIGTERM with testpmd still connected: out within a second.
+    let t0 = Instant::now();
     let out = patch.stop();
+    let took = t0.elapsed();
     assert!(out.status.success(), "{out}");
+    assert!(
+        took < Duration::from_secs(1) && !out.stderr.contains("did not acknowledge"),
+        "{kind:?}: patch took {took:?} to exit after SIGTERM\n{out}"
+    );
     let peer_rx = after.rx_packets - before.rx_packets;
     let peer_dropped = after.rx_dropped - before.rx_dropped;
     let host_dropped = match (host_before, host_after) {

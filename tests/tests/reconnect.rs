@@ -11,13 +11,18 @@
 //! Each reading waits for the backend to have logged the end of every
 //! connection so far and then for the fd count to stand still, so a slow
 //! teardown under load neither fails the check nor inflates the baseline.
+//!
+//! And the other end of a connection's life: `echo` told to stop (SIGTERM)
+//! while a `dpdk-testpmd` frontend is connected and forwarding through it,
+//! in either socket role, exits 0 within a second with its counters, without
+//! waiting on ring hand-offs its own stopped data plane would never answer.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver, TxLayout};
 use vhu_tests::echo::Echo;
-use vhu_tests::testpmd::RunDir;
+use vhu_tests::testpmd::{self, FrontendOpts, RunDir, Testpmd};
 
 const ROUNDS: usize = 100;
 
@@ -206,4 +211,51 @@ fn busy_echo_survives_disconnects_mid_traffic_without_leaking() {
         tx >= (ROUNDS * 2) as u64,
         "echo dequeued {tx} frames over {ROUNDS} rounds"
     );
+}
+
+/// How long a backend may take to exit after SIGTERM with a frontend
+/// connected.
+const STOP_WITHIN: Duration = Duration::from_secs(1);
+
+#[test]
+#[ignore = "needs root and peers: run scripts/test.sh"]
+fn echo_exits_within_a_second_of_sigterm_with_a_frontend_connected() {
+    for echo_is_client in [false, true] {
+        let dir = RunDir::new("sigterm");
+        let socket = dir.join("vhost.sock");
+        let mut opts = FrontendOpts::new(&socket);
+        opts.server = echo_is_client;
+        let (mut tp, echo) = if echo_is_client {
+            let tp = Testpmd::spawn(&opts);
+            testpmd::wait_for_path(&socket, Duration::from_secs(20), || true)
+                .unwrap_or_else(|e| panic!("testpmd's socket: {e}"));
+            (tp, Echo::spawn(&socket, true, 1, &["--poll", "adaptive"]))
+        } else {
+            let echo = Echo::spawn(&socket, false, 1, &["--poll", "adaptive"]);
+            (Testpmd::spawn(&opts), echo)
+        };
+        tp.wait_link_up(Duration::from_secs(20));
+        tp.start_tx_first(4);
+        tp.wait_rx_packets(10_000, Duration::from_secs(20));
+
+        let t0 = Instant::now();
+        let out = echo.stop();
+        let took = t0.elapsed();
+        let role = if echo_is_client { "client" } else { "server" };
+        assert!(out.status.success(), "echo as {role}: {out}");
+        assert!(
+            took < STOP_WITHIN,
+            "echo as {role} took {took:?} to exit after SIGTERM\n{out}"
+        );
+        assert!(
+            !out.stderr.contains("did not acknowledge"),
+            "echo as {role} waited on a ring hand-off\n{out}"
+        );
+        assert!(
+            out.total().tx_packets > 10_000,
+            "echo as {role} forwarded: {:?}",
+            out.total()
+        );
+        drop(tp);
+    }
 }

@@ -550,7 +550,7 @@ name = "m2"
 kind = "vhost-user"
 queues = 2
 "#;
-    let sw = SwitchProc::start(&run, config, &[]);
+    let mut sw = SwitchProc::start(&run, config, &[]);
     let frontend = |sock: std::path::PathBuf, mac: &str, lcores: Lcores| {
         let mut o = FrontendOpts::new(sock);
         o.mac = Some(mac.into());
@@ -599,6 +599,17 @@ queues = 2
             .unwrap_or(0);
         assert!(frames > 1000, "pmd {p} moved {frames} frames:\n{m}");
     }
+    // SIGTERM with both frontends connected: out within a second, cleanly.
+    let t0 = std::time::Instant::now();
+    let st = sw.stop();
+    let took = t0.elapsed();
+    assert!(st.success(), "vhu-switch exited with {st}:\n{}", sw.log());
+    assert!(
+        took < Duration::from_secs(1),
+        "vhu-switch took {took:?} to exit after SIGTERM:\n{}",
+        sw.log()
+    );
+    drop((m1, m2));
 }
 
 /// Multiqueue uplinks: an AF_PACKET port with two sockets in one fanout
