@@ -10,7 +10,8 @@
 #     host-local, in /usr/lib/cni, for vhu-cni's tests);
 #   * schemathesis (PyPI, pinned) in a virtualenv under the peers directory
 #     (${VHU_PEERS_DIR:-/var/cache/vhu-peers}/venv/bin/st): fuzzes the switch's
-#     control API from its OpenAPI document;
+#     control API from its OpenAPI document; and kubernetes-validate (PyPI,
+#     pinned) in the same virtualenv, for deploy/'s manifests;
 #   * QEMU >= 10 (qemu-system-x86) from bookworm-backports: bookworm's QEMU 7.2
 #     segfaults when a TCG guest starts a vhost-user net device;
 #   * the Debian cloud guest kernel, unpacked into the peers directory
@@ -233,6 +234,21 @@ else
 	[[ $(st_version) == "$schemathesis_version" ]] || die "schemathesis is '$(st_version)' after install, want $schemathesis_version"
 fi
 
+# ---- 3c. kubernetes-validate (PyPI) in the same virtualenv -----------------
+# Validates deploy/'s manifests against the Kubernetes schemas it ships
+# (tests/tests/deploy.rs); pinned, left alone when already there.
+kv_pin=1.37.0
+kv_version() {
+	"$venv_dir/bin/python" -c 'import importlib.metadata as m; print(m.version("kubernetes-validate"))' 2>/dev/null || true
+}
+if [[ $(kv_version) != "$kv_pin" || ! -x $venv_dir/bin/kubernetes-validate ]]; then
+	log "installing kubernetes-validate $kv_pin into $venv_dir"
+	[[ -x $venv_dir/bin/python ]] || /usr/bin/python3 -m venv "$venv_dir" || die "python3 -m venv $venv_dir failed"
+	"$venv_dir/bin/python" -m pip install -q "kubernetes-validate==$kv_pin" || die "pip install kubernetes-validate==$kv_pin failed"
+	[[ $(kv_version) == "$kv_pin" ]] || die "kubernetes-validate is '$(kv_version)' after install, want $kv_pin"
+fi
+log "kubernetes-validate $kv_pin: $venv_dir/bin/kubernetes-validate"
+
 # ---- 4. Guest initramfs ---------------------------------------------------
 "$here/mk-initramfs.sh" || die "scripts/mk-initramfs.sh failed"
 
@@ -319,6 +335,7 @@ log "  testpmd:   $(command -v dpdk-testpmd)"
 log "  kernel:    $peers_dir/vmlinuz ($(<"$kernel_dir/.package"))"
 log "  initramfs: $peers_dir/initramfs.gz"
 log "  st:        $venv_dir/bin/st (schemathesis $(st_version))"
+log "  kubernetes-validate: $venv_dir/bin/kubernetes-validate ($(kv_version))"
 log "  hugepages: $(</proc/sys/vm/nr_hugepages) x 2 MiB"
 log "  ovs-dpdk:  $ovs_vswitchd_dpdk ($("$ovs_vswitchd_dpdk" --version | head -n1))"
 log "  runtimes:  $(containerd --version) / $(podman --version) / grpcio-tools $(grpc_version)"

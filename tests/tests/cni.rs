@@ -27,6 +27,13 @@
 //!     plugin's records and host-local's allocations unchanged;
 //!   - STATUS with the switch up (exit 0), then down (code 50), and ADD
 //!     with the switch down (code 11).
+//! * `tap_pods_survive_a_switch_crash`: two `tap` pods exchange UDP
+//!   datagrams through the switch; after `kill -9` of the switch each pod's interface
+//!   is still there (same ifindex, name, MAC, MTU, address, route); a third
+//!   pod's namespace is deleted while the switch is down; the restarted
+//!   switch (same state directory) attaches to the two TAPs where they are
+//!   and 5 of 5 round trips pass each way, while the third port is listed down with
+//!   `state.error`; DEL of all three leaves no device, port or allocation.
 //!
 //! Needs root and the peers (`scripts/install-peers.sh`).
 
@@ -40,6 +47,7 @@ use serde_json::{json, Value};
 use vhu_api::PortView;
 use vhu_tests::bins;
 use vhu_tests::netns::Netns;
+use vhu_tests::peers;
 use vhu_tests::switch::SwitchProc;
 use vhu_tests::testpmd::RunDir;
 
@@ -554,4 +562,171 @@ fn cni_plugin_against_a_live_switch() {
     let o = cni.run("ADD", "down", &sandbox, &pod_uid("down"), &conf);
     assert_eq!(o.code(), 11, "{}", o.stdout);
     assert!(cni.allocations().is_empty());
+}
+
+/// What must not change of a pod's interface across a switch restart:
+/// ifindex, name, MAC, MTU (`ip -o link`), its IPv4 addresses and the
+/// route the IPAM plugin gave.
+fn pod_interface(ns: &Netns) -> (String, String, String, Vec<String>, String) {
+    let link = ns.exec(&["ip", "-o", "link", "show", "dev", IFNAME]);
+    let mut f = link.split_whitespace();
+    let index = f.next().unwrap_or_default().to_owned();
+    let name = f.next().unwrap_or_default().to_owned();
+    let word_after = |w: &str| {
+        let mut it = link.split_whitespace().skip_while(|x| *x != w);
+        it.nth(1).unwrap_or_default().to_owned()
+    };
+    let addrs = ns
+        .exec(&["ip", "-o", "-4", "addr", "show", "dev", IFNAME])
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace().skip_while(|x| *x != "inet");
+            it.nth(1).map(str::to_owned)
+        })
+        .collect();
+    // Without carrier (no queue attached) the route is marked `linkdown`.
+    let route = ns.exec(&["ip", "route", "show", "10.78.0.0/16"]);
+    let route = route.trim().trim_end_matches(" linkdown").to_owned();
+    (index, name, word_after("link/ether"), addrs, route)
+}
+
+/// A UDP client: sends N datagrams to ADDR:PORT one at a time, each resent
+/// up to 5 times a second apart until its reversed echo comes back; prints
+/// how many were answered.
+const UDP_ROUND_TRIPS: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1)
+dst, n, ok = (sys.argv[1], int(sys.argv[2])), int(sys.argv[3]), 0
+for i in range(n):
+    msg = b"vhu-round-trip-%d" % i
+    for _ in range(5):
+        s.sendto(msg, dst)
+        try:
+            if s.recvfrom(100)[0] == msg[::-1]:
+                ok += 1
+                break
+        except socket.timeout:
+            pass
+print(ok, flush=True)
+"#;
+
+/// 5 UDP round trips from `from` to `to`'s address `addr` through the
+/// switch (Python's sockets, `tests/peers/udp_echo.py` in `to`): all 5
+/// answered, and the echo saw exactly 5 datagrams.
+fn round_trips(from: &Netns, to: &Netns, addr: &str) {
+    let mut echo = to.spawn_python(peers::UDP_ECHO, &[addr, "7777", "5"]);
+    echo.wait_for_stdout("READY", std::time::Duration::from_secs(10));
+    let out = from.exec(&["python3", "-c", UDP_ROUND_TRIPS, addr, "7777", "5"]);
+    assert_eq!(out.trim(), "5", "{}", echo.describe());
+    assert!(echo.wait(std::time::Duration::from_secs(10)).success());
+    assert_eq!(echo.stdout().lines().count(), 6, "{}", echo.stdout());
+}
+
+fn persisted_ports(sw: &SwitchProc) -> Vec<String> {
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(sw.state.join("ports.json")).unwrap()).unwrap();
+    let mut names: Vec<String> = state["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+#[ignore = "needs root, vhu-switch and host-local; run with --include-ignored"]
+fn tap_pods_survive_a_switch_crash() {
+    let run = RunDir::new("cni-tap-crash");
+    let mut sw = SwitchProc::start(&run, "", &[]);
+    let cni = Cni::new(&run, &sw);
+    let conf = cni.conf(
+        "1.0.0",
+        json!({"kind": "tap", "hostSocketDir": null, "mtu": 1400}),
+    );
+    let (pod_a, pod_b, pod_c) = (Netns::new(), Netns::new(), Netns::new());
+    let pods = [("ra", &pod_a), ("rb", &pod_b), ("rc", &pod_c)];
+    let mut addr = Vec::new();
+    for (cid, ns) in pods {
+        let r = cni.ok("ADD", cid, &netns_path(ns), "", &conf);
+        let a = r["ips"][0]["address"].as_str().unwrap();
+        addr.push(a.split('/').next().unwrap().to_owned());
+    }
+    let names = port_names(&sw);
+    assert_eq!(names.len(), 3);
+    round_trips(&pod_a, &pod_b, &addr[1]);
+    let before = [pod_interface(&pod_a), pod_interface(&pod_b)];
+    assert_eq!(before[0].1, format!("{IFNAME}:"));
+    assert_eq!(before[0].3, vec![format!("{}/24", addr[0])]);
+    assert!(before[0].4.contains(IFNAME), "{:?}", before[0]);
+
+    // A crash: the pods keep their interfaces as they were.
+    sw.kill9();
+    assert_eq!([pod_interface(&pod_a), pod_interface(&pod_b)], before);
+    assert!(pod_a
+        .exec(&["ip", "-o", "link", "show", "dev", IFNAME])
+        .contains("NO-CARRIER"));
+    assert!(pod_a
+        .exec(&["ip", "-d", "link", "show", "dev", IFNAME])
+        .contains(" persist on"));
+    // The third pod goes away while the switch is down.
+    let c_port = cni.port_of("rc");
+    drop(pod_c);
+
+    sw.restart();
+    let ports: Vec<PortView> = sw.get("/ports");
+    assert_eq!(ports.len(), 3, "{ports:?}");
+    for p in &ports {
+        if p.spec.name == c_port {
+            assert!(!p.state.connected, "{p:?}");
+            let e = p.state.error.as_deref().unwrap_or_default();
+            assert!(e.contains("cannot enter network namespace"), "{e}");
+        } else {
+            assert!(p.state.connected && p.state.error.is_none(), "{p:?}");
+        }
+    }
+    let one: PortView = sw.get(&format!("/ports/{c_port}"));
+    assert!(one.state.error.is_some());
+    assert_eq!(persisted_ports(&sw), names);
+    assert_eq!([pod_interface(&pod_a), pod_interface(&pod_b)], before);
+    round_trips(&pod_a, &pod_b, &addr[1]);
+    round_trips(&pod_b, &pod_a, &addr[0]);
+    let up: Vec<&str> = ports
+        .iter()
+        .map(|p| p.spec.name.as_str())
+        .filter(|n| *n != c_port)
+        .collect();
+    for st in sw.settle(&up) {
+        // 10 datagrams each way (and ARP, perhaps) since the restart.
+        assert!(st.total.tx_packets >= 10, "{}: {:?}", st.port, st.total);
+        assert!(st.total.rx_packets >= 10, "{}: {:?}", st.port, st.total);
+    }
+
+    // DEL removes everything; the gone pod's DEL too (no namespace).
+    cni.ok("DEL", "rc", "", "", &conf);
+    assert_eq!(port_names(&sw).len(), 2);
+    for (cid, ns) in [("ra", &pod_a), ("rb", &pod_b)] {
+        cni.ok("DEL", cid, &netns_path(ns), "", &conf);
+        let o = ns.try_exec(&["ip", "link", "show", "dev", IFNAME]);
+        assert!(!o.status.success(), "{cid}: the TAP is still there");
+    }
+    assert!(port_names(&sw).is_empty());
+    assert!(persisted_ports(&sw).is_empty());
+    assert!(cni.allocations().is_empty(), "{:?}", cni.allocations());
+    assert!(files(&cni.state.join("vhutest")).is_empty());
+}
+
+impl Cni {
+    /// The switch port of container `cid`'s attachment, from the plugin's
+    /// record.
+    fn port_of(&self, cid: &str) -> String {
+        files(&self.state.join("vhutest"))
+            .iter()
+            .filter_map(|f| serde_json::from_slice::<Value>(&std::fs::read(f).ok()?).ok())
+            .find(|r| r["containerID"] == cid)
+            .and_then(|r| r["port"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| panic!("no record of {cid}"))
+    }
 }

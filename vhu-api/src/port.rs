@@ -15,6 +15,7 @@
 //! | `socket` | `vhost-user` | the socket: a file name under the switch's socket directory, or an absolute path (any length up to `PATH_MAX`); default `<name>.sock` for role `server`, required for `client` |
 //! | `role` | `vhost-user` | `server` (the switch creates the socket; default) or `client` (the VMM did; the switch connects and reconnects) |
 //! | `interface` | `af_xdp`, `af_packet`, `tap` | the network interface (for `tap`: the TAP device the switch creates or attaches to) |
+//! | `netns` | `tap` | the network namespace the TAP lives in (an absolute path, e.g. `/var/run/netns/NAME`); `interface` is its name there. The switch makes such a TAP persistent: it outlives a crash or restart of the switch and is attached again where it is; removing the port deletes it |
 //! | `queues` | all | queue pairs (vhost-user, 1-128) or uplink queues (1-64); default 1 |
 //! | `mac` | all | the only source MACs the port may send from (anti-spoofing); default: any |
 //! | `mtu` | all | largest IP packet, 68-9216; larger frames are dropped both ways and counted; offered to a vhost-user guest (`VIRTIO_NET_F_MTU`) |
@@ -216,6 +217,9 @@ pub struct PortSpec {
     pub role: Option<Role>,
     /// Uplinks and TAPs: the interface.
     pub interface: Option<String>,
+    /// TAPs: the network namespace the TAP lives in (a path); `interface`
+    /// is its name there.
+    pub netns: Option<String>,
     /// Queue pairs (vhost-user) or queues (uplinks).
     pub queues: Option<u32>,
     /// Allowed source MACs.
@@ -347,6 +351,12 @@ impl PortSpec {
             );
         }
         refuse(
+            kind != PortKind::Tap && self.netns.is_some(),
+            "netns",
+            "tap ports",
+            &mut err,
+        );
+        refuse(
             kind != PortKind::AfXdp && self.zero_copy.is_some(),
             "zero_copy",
             "af_xdp ports",
@@ -383,6 +393,11 @@ impl PortSpec {
                         err("interface", m);
                     }
                 }
+            }
+        }
+        if let (Some(n), PortKind::Tap) = (&self.netns, kind) {
+            if let Err(m) = check_netns(n) {
+                err("netns", m);
             }
         }
         if let Some(q) = self.queues {
@@ -541,12 +556,8 @@ pub fn check_ifname(n: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks a socket path: a file name under the socket directory, or an
-/// absolute path.
-fn check_socket(s: &str, role: Role) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("must not be empty".to_owned());
-    }
+/// The checks every path field shares: at most `PATH_MAX` bytes, no NUL.
+fn check_path(s: &str) -> Result<(), String> {
     if s.len() > MAX_SOCKET_PATH {
         return Err(format!(
             "is {} bytes; paths are at most {MAX_SOCKET_PATH} bytes",
@@ -556,6 +567,31 @@ fn check_socket(s: &str, role: Role) -> Result<(), String> {
     if s.contains('\0') {
         return Err("must not contain a NUL byte".to_owned());
     }
+    Ok(())
+}
+
+/// Checks a network namespace path: absolute, without `.` or `..`
+/// components, not a directory; see [`check_path`].
+fn check_netns(s: &str) -> Result<(), String> {
+    check_path(s)?;
+    if !s.starts_with('/') || s.split('/').any(|c| c == "." || c == "..") {
+        return Err(format!(
+            "{s:?} must be an absolute path without '.' or '..' (e.g. /var/run/netns/NAME)"
+        ));
+    }
+    if s.ends_with('/') {
+        return Err(format!("{s:?} names a directory, not a namespace file"));
+    }
+    Ok(())
+}
+
+/// Checks a socket path: a file name under the socket directory, or an
+/// absolute path.
+fn check_socket(s: &str, role: Role) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    check_path(s)?;
     if s.ends_with('/') {
         return Err(format!("{s:?} names a directory, not a socket"));
     }
@@ -631,6 +667,10 @@ mod tests {
         );
         assert!(errors(r#"{"name":"up","kind":"af_packet","interface":"eth0"}"#).is_empty());
         assert!(errors(r#"{"name":"t","kind":"tap","interface":"tap-pod1"}"#).is_empty());
+        assert!(
+            errors(r#"{"name":"t","kind":"tap","interface":"net1","netns":"/run/netns/p"}"#)
+                .is_empty()
+        );
         let full = r#"{"name":"vm.2_x-y","kind":"vhost-user","role":"server","socket":"vm2.sock",
             "queues":4,"mac":["52:54:00:00:00:02"],"mtu":9000,"vlan":{"trunk":[10,20],"native":10},
             "offloads":false,"owner":"libvirt-qemu","group":"kvm","mode":"0660","pmd":1}"#;
@@ -817,6 +857,18 @@ mod tests {
             (
                 r#"{"name":"a","kind":"tap","interface":"e","owner":"root"}"#,
                 "owner: does not apply",
+            ),
+            (
+                r#"{"name":"a","kind":"af_packet","interface":"e","netns":"/run/netns/x"}"#,
+                "netns: does not apply",
+            ),
+            (
+                r#"{"name":"a","kind":"tap","interface":"e","netns":"netns/x"}"#,
+                "netns: \"netns/x\" must be an absolute path",
+            ),
+            (
+                r#"{"name":"a","kind":"tap","interface":"e","netns":"/run/netns/../x"}"#,
+                "without '.' or '..'",
             ),
         ];
         for (j, want) in cases {

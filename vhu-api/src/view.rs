@@ -56,6 +56,11 @@ pub struct PortState {
     /// Where the port is stored: `config` (the configuration file) or `api`
     /// (created through the API, persisted).
     pub origin: String,
+    /// Why the port is down: a persisted port the switch could not create
+    /// again at start (e.g. its TAP's network namespace is gone). It stays
+    /// listed, and persisted, until it is removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Counters of one queue (pair), or of a whole port. `rx` is into the port's
@@ -188,6 +193,7 @@ mod tests {
                 socket_path: Some("/run/vhu/sockets/vm1.sock".into()),
                 pmd: 0,
                 origin: "api".into(),
+                error: None,
             },
         };
         let j = serde_json::to_value(&v).unwrap();

@@ -245,7 +245,6 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
         Kind::VhostUser => Some(attach::host_dirs(conf, env)?),
         Kind::Tap => None,
     };
-    let tap = attach::tap_name(&port);
 
     // Everything that can be checked without changing anything.
     if let Some(d) = &dirs {
@@ -304,7 +303,9 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
         }
         _ => {
             spec.kind = PortKind::Tap;
-            spec.interface = Some(tap.clone());
+            // Created by the switch in the pod, under the pod's name.
+            spec.interface = Some(env.ifname.clone());
+            spec.netns = Some(env.netns.clone());
             spec.mac = Some(vec![mac]);
         }
     }
@@ -348,7 +349,6 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
                 .map(result::ipam_routes)
                 .unwrap_or_default();
             link::setup(&LinkSetup {
-                tap: &tap,
                 netns: &env.netns,
                 ifname: &env.ifname,
                 mac: &mac.to_string(),

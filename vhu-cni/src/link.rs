@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
 //! Link operations for `tap` attachments, done with iproute2's `ip` (run in
-//! the pod's network namespace through util-linux's `nsenter`): move the
-//! TAP into `CNI_NETNS`, rename it to `CNI_IFNAME`, set MAC, MTU, addresses
-//! and routes, bring it up; read it back for CHECK.
+//! the pod's network namespace through util-linux's `nsenter`): the switch
+//! creates the TAP in `CNI_NETNS` as `CNI_IFNAME` (persistent, so that it
+//! outlives a restart of the switch); this sets its MAC, MTU, addresses and
+//! routes and brings it up; and reads it back for CHECK.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -63,8 +64,6 @@ pub struct Route {
 /// What the pod's interface gets.
 #[derive(Debug, Clone)]
 pub struct LinkSetup<'a> {
-    /// The TAP's host name.
-    pub tap: &'a str,
     /// `CNI_NETNS`.
     pub netns: &'a str,
     /// `CNI_IFNAME`.
@@ -79,16 +78,13 @@ pub struct LinkSetup<'a> {
     pub routes: Vec<Route>,
 }
 
-/// Moves the TAP into the pod and configures it there.
+/// Configures the pod's TAP (which the switch created there).
 ///
 /// # Errors
 /// Code 102 with `ip`'s message.
 pub fn setup(s: &LinkSetup<'_>) -> Result<(), CniError> {
-    ip(None, &["link", "set", "dev", s.tap, "netns", s.netns])?;
     let ns = Some(s.netns);
-    let mut args = vec![
-        "link", "set", "dev", s.tap, "name", s.ifname, "address", s.mac,
-    ];
+    let mut args = vec!["link", "set", "dev", s.ifname, "address", s.mac];
     let mtu = s.mtu.map(|m| m.to_string());
     if let Some(m) = &mtu {
         args.extend(["mtu", m.as_str()]);

@@ -4,6 +4,13 @@
 //! AF_PACKET, TAP). What the host refuses (no such interface, a socket
 //! served by another process, an unknown user) comes back as a
 //! [`Refusal`] with the API's status.
+//!
+//! A `tap` port with a `netns` (a pod's TAP) is opened in that namespace,
+//! on a thread that entered it, and made persistent: the device outlives
+//! the switch (a crash, an upgrade), keeps its name, MAC, addresses and
+//! routes, and is attached again where it is at the next start
+//! ([`Build::Restore`]: never created anew then). [`release`] deletes it
+//! when the port is removed.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -11,8 +18,9 @@ use std::path::{Path, PathBuf};
 
 use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig, FanoutMode};
 use vhost_net_backend::io::af_xdp::{self, AfXdp, AfXdpConfig};
-use vhost_net_backend::io::tap::{Tap, TapConfig};
+use vhost_net_backend::io::tap::{self, Tap, TapConfig};
 use vhost_net_backend::io::Uplink;
+use vhost_net_backend::sys;
 use vhost_net_backend::{Offloads, Port, PortConfig, PortError, QueuePair, SocketRole};
 use vhu_api::{PortKind, PortSpec, Role, ZeroCopy};
 
@@ -48,15 +56,26 @@ pub enum Handle {
 
 pub use vhost_net_backend::error_chain as chain;
 
+/// Why a port is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Build {
+    /// A new port (the API, the configuration file).
+    Create,
+    /// A persisted port at start: a pod's TAP must still exist where it was
+    /// (it is not created again, empty, in its place).
+    Restore,
+}
+
 /// Builds a port's endpoint.
 ///
 /// # Errors
 /// 409 when its socket is served by another process, 422 for what else the
 /// host refuses, 500 for resource failures.
-pub fn build(spec: &PortSpec, socket_dir: &Path) -> Result<(End, Handle), Refusal> {
+pub fn build(spec: &PortSpec, socket_dir: &Path, why: Build) -> Result<(End, Handle), Refusal> {
     let who = format!("port {:?}", spec.name);
     match spec.kind {
         PortKind::VhostUser => guest(spec, socket_dir),
+        PortKind::Tap if spec.netns.is_some() => pod_tap(spec, why),
         kind => {
             let queues = spec.queues();
             if kind == PortKind::AfXdp && queues != 1 {
@@ -104,14 +123,89 @@ fn uplink(
             };
             Box::new(AfPacket::open(ifname, cfg)?)
         }
-        _ => {
-            let cfg = TapConfig {
-                multi_queue: true,
-                link_up: true,
-            };
-            Box::new(Tap::open(ifname, cfg)?)
-        }
+        _ => Box::new(Tap::open(ifname, TAP_QUEUE)?),
     })
+}
+
+/// How the switch opens a TAP queue: multiqueue (more queues, the
+/// switch's or a VM runtime's, can attach), link up.
+const TAP_QUEUE: TapConfig = TapConfig {
+    multi_queue: true,
+    link_up: true,
+};
+
+/// A TAP in another network namespace: its queues are opened there (so the
+/// device is created, or found, there), and it is made persistent.
+fn pod_tap(spec: &PortSpec, why: Build) -> Result<(End, Handle), Refusal> {
+    let who = format!("port {:?}", spec.name);
+    let netns = spec.netns.clone().unwrap_or_default();
+    let ifname = spec.interface.clone().unwrap_or_default();
+    let queues = spec.queues();
+    let opened = sys::netns::run_in(Path::new(&netns), || {
+        if why == Build::Restore && !tap::interface_exists(&ifname) {
+            return Err(format!(
+                "TAP {ifname} is gone from network namespace {netns}; it is not created again \
+                 (remove the port, or its attachment, and create it anew)"
+            ));
+        }
+        let mut taps = Vec::new();
+        for _ in 0..queues {
+            taps.push(Tap::open(&ifname, TAP_QUEUE).map_err(|e| chain(&e))?);
+        }
+        taps[0].set_persist(true).map_err(|e| chain(&e))?;
+        Ok(taps)
+    });
+    let taps = match opened {
+        Ok(Ok(t)) => t,
+        Ok(Err(m)) => return Err(Refusal::invalid(format!("{who}: {m}"))),
+        Err(e) => {
+            return Err(Refusal::invalid(format!(
+                "{who}: netns: cannot enter network namespace {netns}: {e}"
+            )))
+        }
+    };
+    tracing::info!("{who}: persistent TAP {ifname} in {netns} opened ({queues} queues)");
+    let ups = taps
+        .into_iter()
+        .map(|t| Box::new(t) as Box<dyn Uplink>)
+        .collect();
+    Ok((End::Uplink(ups), Handle::Uplink(ifname)))
+}
+
+/// Deletes what a removed port leaves behind: a pod's persistent TAP
+/// (attached once more, made non-persistent, closed: the kernel deletes it
+/// with its last queue). Call it after the port's own queues are closed.
+/// A namespace or device that is gone already is fine.
+pub fn release(spec: &PortSpec) {
+    let (Some(netns), PortKind::Tap) = (&spec.netns, spec.kind) else {
+        return;
+    };
+    let ifname = spec.interface.clone().unwrap_or_default();
+    let r = sys::netns::run_in(Path::new(netns), || {
+        if !tap::interface_exists(&ifname) {
+            return Ok(false);
+        }
+        let cfg = TapConfig {
+            link_up: false,
+            ..TAP_QUEUE
+        };
+        Tap::open(&ifname, cfg)
+            .and_then(|t| t.set_persist(false))
+            .map(|()| true)
+            .map_err(|e| chain(&e))
+    });
+    match r {
+        Ok(Ok(true)) => tracing::info!("port {:?}: TAP {ifname} in {netns} deleted", spec.name),
+        Ok(Ok(false)) => {}
+        Ok(Err(m)) => tracing::warn!(
+            "port {:?}: cannot delete TAP {ifname} in {netns}: {m}",
+            spec.name
+        ),
+        Err(e) => tracing::info!(
+            "port {:?}: network namespace {netns} is gone ({e}): nothing to delete",
+            spec.name
+        ),
+    }
 }
 
 /// A fanout group id for an interface's sockets: unique per process and
@@ -233,12 +327,12 @@ mod tests {
     fn uplinks_on_missing_interfaces_are_refused() {
         let mut s = PortSpec::new("up", PortKind::AfPacket);
         s.interface = Some("vhu-nonexist0".into());
-        let e = build(&s, Path::new("/tmp")).unwrap_err();
+        let e = build(&s, Path::new("/tmp"), Build::Create).unwrap_err();
         assert_eq!(e.status, 422, "{e:?}");
         assert!(e.message.contains("vhu-nonexist0"), "{}", e.message);
         s.kind = PortKind::AfXdp;
         s.queues = Some(2);
-        let e = build(&s, Path::new("/tmp")).unwrap_err();
+        let e = build(&s, Path::new("/tmp"), Build::Create).unwrap_err();
         assert!(e.message.contains("one queue"), "{}", e.message);
     }
 }

@@ -25,7 +25,7 @@ use crate::api::routes::{Control, Refusal};
 use crate::capture::CaptureTap;
 use crate::config::{socket_path, Config, PollMode as CfgPoll};
 use crate::decide::Ingress;
-use crate::endpoint::{self, Handle};
+use crate::endpoint::{self, Build, Handle};
 use crate::fdb::{Fdb, Origin};
 use crate::metrics::{self, PmdSample, PortSample, Snapshot};
 use crate::persist::Store;
@@ -79,9 +79,10 @@ struct State {
     /// The PMD that polls every uplink queue, while there are uplinks (see
     /// `pmd`'s module documentation), and how many uplinks there are.
     uplink_pmd: Option<(usize, usize)>,
-    /// Persisted ports that could not be re-created at start: kept in the
-    /// state file, so that nothing is lost.
-    failed: Vec<PortSpec>,
+    /// Persisted ports that could not be re-created at start, and why: kept
+    /// in the state file, so that nothing is lost, and listed (down, with
+    /// the error) until they are removed.
+    failed: Vec<(PortSpec, String)>,
 }
 
 /// Changes the log filter (the logging layer's reload handle).
@@ -175,7 +176,7 @@ impl Switch {
     /// The state file exists but cannot be read.
     pub fn restore(&self) -> Result<(), String> {
         for spec in self.cfg.ports.clone() {
-            if let Err(r) = self.add(spec.clone(), PortOrigin::Config) {
+            if let Err(r) = self.add(spec.clone(), PortOrigin::Config, Build::Create) {
                 tracing::error!("port {:?} (configuration): {}", spec.name, r.message);
             }
         }
@@ -189,13 +190,13 @@ impl Switch {
                 );
                 continue;
             }
-            if let Err(r) = self.add(spec.clone(), PortOrigin::Api) {
+            if let Err(r) = self.add(spec.clone(), PortOrigin::Api, Build::Restore) {
                 tracing::error!(
-                    "port {:?} (persisted): {}; kept in the state file",
+                    "port {:?} (persisted): {}; kept in the state file, listed as down",
                     spec.name,
                     r.message
                 );
-                self.lock().failed.push(spec);
+                self.lock().failed.push((spec, r.message));
             }
         }
         self.ready.store(true, Ordering::Release);
@@ -300,17 +301,22 @@ impl Switch {
             .filter(|e| e.origin == PortOrigin::Api)
             .map(|e| e.spec.clone())
             .collect();
-        specs.extend(st.failed.iter().cloned());
+        specs.extend(st.failed.iter().map(|(s, _)| s.clone()));
         self.store.save(&specs).map_err(|e| {
             Refusal::failed(format!("cannot persist the ports: {}", endpoint::chain(&e)))
         })
     }
 
-    fn add(&self, spec: PortSpec, origin: PortOrigin) -> Result<PortView, Refusal> {
+    fn add(&self, spec: PortSpec, origin: PortOrigin, why: Build) -> Result<PortView, Refusal> {
         let mut st = self.lock();
         let who = format!("port {:?}", spec.name);
         if st.ports.contains_key(&spec.name) {
             return Err(Refusal::conflict(format!("{who} exists")));
+        }
+        if st.failed.iter().any(|(s, _)| s.name == spec.name) {
+            return Err(Refusal::conflict(format!(
+                "{who} exists (down: it could not be created again at start); remove it first"
+            )));
         }
         let sock = socket_path(&spec, &self.cfg.socket_dir);
         for e in st.ports.values() {
@@ -326,6 +332,7 @@ impl Switch {
             if spec.kind != PortKind::VhostUser
                 && spec.interface.is_some()
                 && e.spec.interface == spec.interface
+                && e.spec.netns == spec.netns
             {
                 return Err(Refusal::conflict(format!(
                     "{who}: interface {:?} is port {:?}'s",
@@ -343,7 +350,15 @@ impl Switch {
                 )));
             }
         }
-        let (end, handle) = endpoint::build(&spec, &self.cfg.socket_dir)?;
+        let (end, handle) = endpoint::build(&spec, &self.cfg.socket_dir, why)?;
+        // A new pod TAP the switch made persistent goes again if the port
+        // does not make it into the table.
+        let undo = |st: &mut State, id| {
+            st.free.push(id);
+            if why == Build::Create {
+                endpoint::release(&spec);
+            }
+        };
         let id = st.free.pop().unwrap_or_else(|| {
             st.next += 1;
             st.next - 1
@@ -367,7 +382,7 @@ impl Switch {
         let placed = match self.place(&st, &spec, units.len()) {
             Ok(p) => p,
             Err(r) => {
-                st.free.push(id);
+                undo(&mut st, id);
                 return Err(r);
             }
         };
@@ -386,7 +401,7 @@ impl Switch {
         }
         if !taken {
             self.withdraw(id);
-            st.free.push(id);
+            undo(&mut st, id);
             return Err(Refusal::failed(format!(
                 "{who}: a PMD thread did not take the port"
             )));
@@ -424,6 +439,16 @@ impl Switch {
 
     fn remove(&self, name: &str, force: bool) -> Result<(), Refusal> {
         let mut st = self.lock();
+        if let Some(i) = st.failed.iter().position(|(s, _)| s.name == name) {
+            let (spec, why) = st.failed.remove(i);
+            if let Err(r) = self.persist(&st) {
+                st.failed.insert(i, (spec, why));
+                return Err(r);
+            }
+            endpoint::release(&spec);
+            tracing::info!("port {name:?}: removed (it was down)");
+            return Ok(());
+        }
         let Some(e) = st.ports.get(name) else {
             return Err(Refusal::not_found(format!(
                 "no port {name:?}; GET /ports lists them"
@@ -450,7 +475,9 @@ impl Switch {
         self.fdb().remove_port(e.id);
         st.free.push(e.id);
         let persisted = e.origin == PortOrigin::Api;
+        let spec = e.spec.clone();
         drop(e);
+        endpoint::release(&spec);
         if persisted {
             self.persist(&st)?;
         }
@@ -477,6 +504,24 @@ impl Switch {
                 socket_path: socket,
                 pmd: e.pmds.first().map_or(0, |&p| p as u32),
                 origin: e.origin.name().into(),
+                error: None,
+            },
+        }
+    }
+
+    /// A persisted port that could not be created again at start: down,
+    /// with the reason.
+    fn failed_view(spec: &PortSpec, error: &str) -> PortView {
+        PortView {
+            spec: spec.clone(),
+            state: PortState {
+                connected: false,
+                features: 0,
+                queue_pairs: 0,
+                socket_path: None,
+                pmd: 0,
+                origin: PortOrigin::Api.name().into(),
+                error: Some(error.to_owned()),
             },
         }
     }
@@ -590,16 +635,24 @@ impl Control for Switch {
 
     fn ports(&self) -> Vec<PortView> {
         let st = self.lock();
-        st.ports.values().map(|e| self.view(e)).collect()
+        let mut all: Vec<PortView> = st.ports.values().map(|e| self.view(e)).collect();
+        all.extend(st.failed.iter().map(|(s, m)| Self::failed_view(s, m)));
+        all.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        all
     }
 
     fn port(&self, name: &str) -> Option<PortView> {
         let st = self.lock();
-        st.ports.get(name).map(|e| self.view(e))
+        st.ports.get(name).map(|e| self.view(e)).or_else(|| {
+            st.failed
+                .iter()
+                .find(|(s, _)| s.name == name)
+                .map(|(s, m)| Self::failed_view(s, m))
+        })
     }
 
     fn add_port(&self, spec: PortSpec) -> Result<PortView, Refusal> {
-        self.add(spec, PortOrigin::Api)
+        self.add(spec, PortOrigin::Api, Build::Create)
     }
 
     fn remove_port(&self, name: &str) -> Result<(), Refusal> {

@@ -242,6 +242,21 @@ impl Tap {
         Ok(())
     }
 
+    /// Makes the device persistent (`TUNSETPERSIST`): it then outlives its
+    /// last queue (a crash of the process that holds them) until it is
+    /// made non-persistent again and its last queue closes, or it is
+    /// deleted.
+    ///
+    /// # Errors
+    /// `TUNSETPERSIST` failed.
+    pub fn set_persist(&self, on: bool) -> Result<(), TapError> {
+        tun::set_persist(self.file.as_fd(), on).map_err(|source| TapError::Ioctl {
+            ifname: self.ifname.clone(),
+            op: "TUNSETPERSIST",
+            source,
+        })
+    }
+
     /// Sets the link up (`SIOCSIFFLAGS` with `IFF_UP`), in the caller's
     /// network namespace.
     ///
@@ -255,6 +270,12 @@ impl Tap {
             source: e.source,
         })
     }
+}
+
+/// Whether an interface named `ifname` exists in the calling thread's
+/// network namespace (a name that is not valid does not).
+pub fn interface_exists(ifname: &str) -> bool {
+    IfName::new(ifname).is_ok_and(|n| netdev::ifindex(&n).is_ok())
 }
 
 impl Uplink for Tap {

@@ -47,3 +47,12 @@ pub(crate) fn set_offload(fd: BorrowedFd<'_>, flags: libc::c_uint) -> io::Result
     })
     .map(drop)
 }
+
+/// `TUNSETPERSIST`: whether the device outlives its last queue (`1`) or goes
+/// with it (`0`, the default).
+pub(crate) fn set_persist(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    // SAFETY: TUNSETPERSIST takes its argument by value; no memory is
+    // accessed.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETPERSIST, libc::c_ulong::from(on)) })
+        .map(drop)
+}
