@@ -90,16 +90,19 @@ impl DirtyLog {
     }
 
     /// The bitmap's size in bytes.
+    #[cfg(any(test, feature = "test-utils"))]
     pub fn size(&self) -> usize {
         self.map.len()
     }
 
     /// Page marks dropped because they fell outside the bitmap.
+    #[cfg(any(test, feature = "test-utils"))]
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
     /// Whether guest page `page` is marked.
+    #[cfg(any(test, feature = "test-utils"))]
     pub fn is_dirty(&self, page: u64) -> bool {
         usize::try_from(page / 8)
             .ok()
@@ -108,6 +111,7 @@ impl DirtyLog {
     }
 
     /// Number of marked pages.
+    #[cfg(any(test, feature = "test-utils"))]
     pub fn count_dirty(&self) -> u64 {
         (0..self.map.len())
             .filter_map(|b| self.map.atomic_u8(b))
