@@ -3,7 +3,8 @@
 //! guest-TX dequeue, guest-RX enqueue (with and without mergeable buffers)
 //! and the echo loop (TX of a pair reflected into its RX, one copy), for
 //! 64, 512, 1514 and 9000-byte frames, bursts of 1 and 32, split and packed
-//! rings.
+//! rings; and the echo loop again with dirty-page logging on
+//! (`echo_loop_dirty_log`, a live migration's cost).
 //!
 //! Only the device side is timed (`iter_custom`): posting buffers and
 //! reaping used entries (the guest's work) happen outside the timed region.
@@ -36,18 +37,28 @@ fn bursts_per_sample(burst: usize) -> usize {
 }
 
 fn guest(packed: bool, mrg: bool, size: usize) -> LoopbackGuest {
+    guest_logged(packed, mrg, size, false)
+}
+
+/// [`guest`], with dirty-page logging on when `logged` (a live migration).
+fn guest_logged(packed: bool, mrg: bool, size: usize, logged: bool) -> LoopbackGuest {
     let features = bits::EVENT_IDX | if mrg { bits::MRG_RXBUF } else { 0 };
     // With mergeable buffers RX buffers are 2 KiB (a 9000-byte frame takes
     // five); without, each buffer holds a whole frame. TX buffers have the
     // same size, so the largest frame must fit one.
     let whole = ((size + 12).next_multiple_of(64) as u32).max(2048);
-    LoopbackGuest::new(LoopbackOpts {
+    let opts = LoopbackOpts {
         packed,
         size: 256,
         features,
         buf_len: whole,
         rx_buf_len: Some(if mrg { 2048 } else { whole }),
-    })
+    };
+    if logged {
+        LoopbackGuest::with_dirty_log(opts)
+    } else {
+        LoopbackGuest::new(opts)
+    }
 }
 
 fn ring_name(packed: bool) -> &'static str {
@@ -153,10 +164,20 @@ fn enqueue(c: &mut Criterion) {
 }
 
 fn echo(c: &mut Criterion) {
-    let mut g = c.benchmark_group("echo_loop");
+    echo_group(c, "echo_loop", false);
+}
+
+/// The echo loop with dirty-page logging on: what a live migration costs
+/// the data plane (every RX buffer, used entry and used index marked).
+fn echo_dirty_log(c: &mut Criterion) {
+    echo_group(c, "echo_loop_dirty_log", true);
+}
+
+fn echo_group(c: &mut Criterion, name: &str, logged: bool) {
+    let mut g = c.benchmark_group(name);
     for (packed, size, burst, id) in points() {
         let frame = vec![0x3cu8; size];
-        let mut lg = guest(packed, true, size);
+        let mut lg = guest_logged(packed, true, size, logged);
         let per_frame = (size + 12).div_ceil(2048);
         let k = bursts_per_sample(burst);
         g.throughput(Throughput::Elements((burst * k) as u64));
@@ -185,6 +206,9 @@ fn echo(c: &mut Criterion) {
                     assert_eq!(lg.reap_tx(), burst * k);
                     assert_eq!(lg.reap_rx().0, bufs);
                 }
+                if let Some(log) = lg.dirty_log() {
+                    assert!(log.count_dirty() > 0, "logging on, nothing marked");
+                }
                 t
             })
         });
@@ -195,6 +219,6 @@ fn echo(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = dequeue, enqueue, echo
+    targets = dequeue, enqueue, echo, echo_dirty_log
 }
 criterion_main!(benches);

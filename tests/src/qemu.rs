@@ -833,6 +833,149 @@ pub fn feature_names(features: u64) -> Vec<String> {
         .collect()
 }
 
+// ===== live migration: QMP, -incoming =====
+
+/// The QEMU arguments that make a guest the target of a live migration:
+/// a QMP socket at `qmp` and `-incoming unix:<incoming>` (QEMU waits for the
+/// source's stream there). Append them to [`GuestOpts::extra_args`] of a
+/// guest whose other options equal the source's (the vhost-user socket may
+/// differ).
+pub fn incoming_args(qmp: &Path, incoming: &Path) -> Vec<String> {
+    let mut a = qmp_args(qmp);
+    a.push("-incoming".into());
+    a.push(format!("unix:{}", incoming.display()));
+    a
+}
+
+/// `-qmp unix:<path>,server=on,wait=off`: a QMP monitor for [`Qmp::connect`].
+pub fn qmp_args(qmp: &Path) -> Vec<String> {
+    vec![
+        "-qmp".into(),
+        format!("unix:{},server=on,wait=off", qmp.display()),
+    ]
+}
+
+/// A QMP monitor connection (QEMU's JSON control protocol), capabilities
+/// negotiated.
+#[derive(Debug)]
+pub struct Qmp {
+    reader: std::io::BufReader<std::os::unix::net::UnixStream>,
+    writer: std::os::unix::net::UnixStream,
+    path: PathBuf,
+}
+
+impl Qmp {
+    /// Connects to the QMP socket at `path`, retrying until QEMU created it
+    /// (at most `timeout`), and leaves the negotiation mode.
+    ///
+    /// # Panics
+    ///
+    /// If no monitor answers within `timeout`.
+    pub fn connect(path: &Path, timeout: Duration) -> Self {
+        let deadline = Instant::now() + timeout;
+        let stream = loop {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    panic!("no QMP monitor at {}: {e}", path.display())
+                }
+                Err(_) => thread::sleep(POLL),
+            }
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("QMP read timeout");
+        let mut q = Self {
+            reader: std::io::BufReader::new(stream.try_clone().expect("dup the QMP socket")),
+            writer: stream,
+            path: path.to_owned(),
+        };
+        let greeting = q.read_message();
+        assert!(
+            greeting.get("QMP").is_some(),
+            "not a QMP greeting: {greeting}"
+        );
+        q.execute("qmp_capabilities", serde_json::json!({}));
+        q
+    }
+
+    /// Reads one message that is not an event.
+    fn read_message(&mut self) -> serde_json::Value {
+        use std::io::BufRead;
+        loop {
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => panic!("QMP {}: QEMU closed the monitor", self.path.display()),
+                Ok(_) => {}
+                Err(e) => panic!("QMP {}: {e}", self.path.display()),
+            }
+            let v: serde_json::Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("QMP {}: bad JSON {line:?}: {e}", self.path.display()));
+            if v.get("event").is_none() {
+                return v;
+            }
+        }
+    }
+
+    /// Runs `command` with `arguments` and returns its `return` value.
+    ///
+    /// # Panics
+    ///
+    /// If QEMU answers with an error.
+    pub fn execute(&mut self, command: &str, arguments: serde_json::Value) -> serde_json::Value {
+        let msg = serde_json::json!({ "execute": command, "arguments": arguments });
+        writeln!(self.writer, "{msg}")
+            .unwrap_or_else(|e| panic!("QMP {}: {e}", self.path.display()));
+        let reply = self.read_message();
+        match reply.get("return") {
+            Some(r) => r.clone(),
+            None => panic!("QMP {command} failed: {reply}"),
+        }
+    }
+
+    /// `query-status`'s `status` (`running`, `inmigrate`, `postmigrate`, ...).
+    pub fn status(&mut self) -> String {
+        self.execute("query-status", serde_json::json!({}))["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Starts migrating to the target listening at `unix:<incoming>`, at
+    /// most `bandwidth` bytes/s, with `downtime_ms` as the allowed downtime.
+    pub fn migrate(&mut self, incoming: &Path, downtime_ms: u64, bandwidth: u64) {
+        self.execute(
+            "migrate-set-parameters",
+            serde_json::json!({ "max-bandwidth": bandwidth, "downtime-limit": downtime_ms }),
+        );
+        self.execute(
+            "migrate",
+            serde_json::json!({ "uri": format!("unix:{}", incoming.display()) }),
+        );
+    }
+
+    /// Waits until the migration this source started completed and returns
+    /// `query-migrate`'s answer (`total-time`, `downtime`, `ram`, ... in it).
+    ///
+    /// # Panics
+    ///
+    /// If it fails, is cancelled, or takes longer than `timeout`.
+    pub fn wait_migrated(&mut self, timeout: Duration) -> serde_json::Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let info = self.execute("query-migrate", serde_json::json!({}));
+            match info["status"].as_str().unwrap_or_default() {
+                "completed" => return info,
+                "failed" | "cancelled" => panic!("migration failed: {info}"),
+                _ if Instant::now() >= deadline => {
+                    panic!("migration not completed after {timeout:?}: {info}")
+                }
+                _ => thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,8 +30,9 @@ use vhost::VhostUserMemoryRegionBase;
 
 use crate::device::{self, bits, Negotiated, MAX_MEM_SLOTS, MAX_QUEUE_SIZE};
 use crate::queue::{RingConfig, VringShared};
+use crate::ring::log::LogTarget;
 use crate::ring::memory::RegionDesc;
-use crate::ring::{GuestMemory, Layout, PackedLayout, SplitLayout};
+use crate::ring::{DirtyLog, GuestMemory, Layout, PackedLayout, SplitLayout, NO_DIRTY_LOG_ENV};
 
 /// What the handler needs to know about its port.
 #[derive(Debug, Clone)]
@@ -51,6 +52,9 @@ struct VringCtl {
     size: u16,
     /// desc, avail, used guest physical addresses.
     addr: Option<(u64, u64, u64)>,
+    /// Where the used ring is logged (`log_guest_addr`), when
+    /// `SET_VRING_ADDR` had `VHOST_VRING_F_LOG`.
+    log_addr: Option<u64>,
     /// `SET_VRING_BASE` (packed rings: both indices and wrap counters).
     base: u32,
     kick: Option<Arc<File>>,
@@ -67,6 +71,7 @@ impl VringCtl {
             shared,
             size: 0,
             addr: None,
+            log_addr: None,
             base: 0,
             kick: None,
             call: None,
@@ -98,6 +103,9 @@ pub(crate) struct PortCtl {
     acked_protocol: u64,
     owned: bool,
     next_epoch: u64,
+    /// The dirty log of `SET_LOG_BASE` (on for the rings while `LOG_ALL`
+    /// is acked).
+    log: Option<Arc<DirtyLog>>,
 }
 
 fn invalid(why: &'static str) -> VuError {
@@ -122,6 +130,7 @@ impl PortCtl {
             acked_protocol: 0,
             owned: false,
             next_epoch: 1,
+            log: None,
         }
     }
 
@@ -149,6 +158,7 @@ impl PortCtl {
         self.set_acked(0);
         self.acked_protocol = 0;
         self.owned = false;
+        self.log = None;
     }
 
     fn reset_rings(&mut self) {
@@ -156,6 +166,7 @@ impl PortCtl {
             v.stop();
             v.size = 0;
             v.addr = None;
+            v.log_addr = None;
             v.base = 0;
             v.kick = None;
             v.call = None;
@@ -170,6 +181,7 @@ impl PortCtl {
         let mem = Arc::clone(&self.mem);
         let max_frame = self.params.max_frame;
         let name = &self.params.name;
+        let log = self.log.as_ref().filter(|_| features.log_all());
         let v = &mut self.vrings[i];
         let desired = match (v.started && v.enabled, v.addr) {
             (true, Some((desc, avail, used))) if v.size > 0 && mem.num_regions() > 0 => {
@@ -197,6 +209,10 @@ impl PortCtl {
                     call: v.call.clone(),
                     features,
                     max_frame,
+                    log: log.map(|l| LogTarget {
+                        log: Arc::clone(l),
+                        used_gpa: v.log_addr.unwrap_or(used),
+                    }),
                 })
             }
             _ => None,
@@ -210,6 +226,7 @@ impl PortCtl {
                     && a.features == b.features
                     && opt_ptr_eq(&a.kick, &b.kick)
                     && opt_ptr_eq(&a.call, &b.call)
+                    && same_log(&a.log, &b.log)
             }
             _ => false,
         };
@@ -246,6 +263,14 @@ impl PortCtl {
         // Running rings move to the new snapshot; the old mappings go away
         // once the data plane acknowledged and dropped its reference.
         self.refresh_all();
+    }
+}
+
+fn same_log(a: &Option<LogTarget>, b: &Option<LogTarget>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(&a.log, &b.log) && a.used_gpa == b.used_gpa,
+        _ => false,
     }
 }
 
@@ -361,11 +386,11 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
     fn set_vring_addr(
         &mut self,
         index: u32,
-        _flags: VhostUserVringAddrFlags,
+        flags: VhostUserVringAddrFlags,
         descriptor: u64,
         used: u64,
         available: u64,
-        _log: u64,
+        log: u64,
     ) -> VuResult<()> {
         let mem = Arc::clone(&self.mem);
         let to_gpa = |va: u64| mem.vmm_va_to_gpa(va).ok_or(VuError::InvalidParam);
@@ -380,8 +405,14 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
         if d % 16 != 0 || a % avail_align != 0 || u % 4 != 0 {
             return Err(VuError::InvalidParam);
         }
+        // The log address is a guest physical address; every mark made
+        // through it is checked against the log's size.
+        let log_addr = flags
+            .contains(VhostUserVringAddrFlags::VHOST_VRING_F_LOG)
+            .then_some(log);
         let v = self.vring(index)?;
         v.addr = Some((d, a, u));
+        v.log_addr = log_addr;
         self.refresh(index as usize);
         Ok(())
     }
@@ -544,8 +575,38 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
         Err(invalid("no shared memory regions"))
     }
 
-    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> VuResult<()> {
-        Err(invalid("dirty logging not offered"))
+    fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> VuResult<()> {
+        let (size, offset) = (log.mmap_size, log.mmap_offset);
+        let map = DirtyLog::map(&file, size, offset).map_err(|e| {
+            tracing::warn!(
+                "port {}: dirty log refused (size {size:#x}, offset {offset:#x}): {e}",
+                self.params.name
+            );
+            VuError::InvalidParam
+        })?;
+        if std::env::var_os(NO_DIRTY_LOG_ENV).is_some_and(|v| !v.is_empty() && v != "0") {
+            tracing::warn!(
+                "port {}: {NO_DIRTY_LOG_ENV} is set: the dirty log is accepted but never \
+                 marked; a migrated guest will see stale memory",
+                self.params.name
+            );
+            self.log = None;
+        } else {
+            tracing::info!(
+                "port {}: dirty log of {size} bytes (logging {})",
+                self.params.name,
+                if Negotiated::new(self.acked).log_all() {
+                    "on"
+                } else {
+                    "off until LOG_ALL"
+                }
+            );
+            self.log = Some(Arc::new(map));
+        }
+        // The rings switch to the new log at their next burst boundary; each
+        // hand-off waits at most ACK_TIMEOUT, so the reply never hangs.
+        self.refresh_all();
+        Ok(())
     }
 }
 
@@ -772,5 +833,54 @@ mod tests {
         set_ring_at_start(&mut c, 1).unwrap();
         c.set_vring_kick(1, None).unwrap();
         assert!(c.vrings[1].running.is_some());
+    }
+
+    #[test]
+    fn the_dirty_log_follows_set_log_base_and_log_all() {
+        let (mut c, _) = ctl(1);
+        let (_d, f) = guest_file(SIZE);
+        c.set_mem_table(&[region()], vec![f], None).unwrap();
+        let offered = c.get_features().unwrap();
+        assert_ne!(offered & bits::LOG_ALL, 0);
+        c.set_features(offered & !bits::LOG_ALL).unwrap();
+        c.set_vring_num(0, 256).unwrap();
+        set_ring_at_start(&mut c, 0).unwrap();
+        c.set_vring_kick(0, None).unwrap();
+        c.set_vring_enable(0, true).unwrap();
+        let (_d2, logf) = guest_file(8192);
+        // A hostile log: larger than its file, misaligned, empty.
+        for (size, off) in [(8193, 0), (4096, 8), (0, 0)] {
+            let (_d3, bad) = guest_file(8192);
+            assert!(c.set_log_base(&VhostUserLog::new(size, off), bad).is_err());
+        }
+        assert!(c.log.is_none());
+        c.set_log_base(&VhostUserLog::new(4096, 0), logf).unwrap();
+        let running = |c: &PortCtl| c.vrings[0].running.as_ref().unwrap().log.clone();
+        assert!(running(&c).is_none(), "no LOG_ALL: not logging");
+        c.set_features(offered).unwrap();
+        let t = running(&c).expect("LOG_ALL acked: logging");
+        assert_eq!(
+            t.used_gpa,
+            GPA + 0x2000,
+            "no VHOST_VRING_F_LOG: the used ring"
+        );
+        c.set_vring_addr(
+            0,
+            VhostUserVringAddrFlags::VHOST_VRING_F_LOG,
+            VA,
+            VA + 0x2000,
+            VA + 0x1000,
+            GPA + 0x3000,
+        )
+        .unwrap();
+        assert_eq!(
+            running(&c).unwrap().used_gpa,
+            GPA + 0x3000,
+            "log_guest_addr"
+        );
+        c.set_features(offered & !bits::LOG_ALL).unwrap();
+        assert!(running(&c).is_none(), "LOG_ALL off again");
+        c.reset_connection();
+        assert!(c.log.is_none());
     }
 }

@@ -12,10 +12,10 @@
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use virtio_bindings::virtio_config::{VIRTIO_F_ANY_LAYOUT, VIRTIO_F_VERSION_1};
 use virtio_bindings::virtio_net::{
-    VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_ECN, VIRTIO_NET_F_GUEST_TSO4,
-    VIRTIO_NET_F_GUEST_TSO6, VIRTIO_NET_F_GUEST_UFO, VIRTIO_NET_F_HOST_ECN, VIRTIO_NET_F_HOST_TSO4,
-    VIRTIO_NET_F_HOST_TSO6, VIRTIO_NET_F_HOST_UFO, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
-    VIRTIO_NET_F_MTU,
+    VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_ANNOUNCE, VIRTIO_NET_F_GUEST_CSUM,
+    VIRTIO_NET_F_GUEST_ECN, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
+    VIRTIO_NET_F_GUEST_UFO, VIRTIO_NET_F_HOST_ECN, VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_HOST_TSO6,
+    VIRTIO_NET_F_HOST_UFO, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_F_MTU,
 };
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 
@@ -64,6 +64,13 @@ pub mod bits {
     pub const MQ: u64 = bit(VIRTIO_NET_F_MQ);
     /// `VIRTIO_NET_F_MTU`.
     pub const MTU: u64 = bit(VIRTIO_NET_F_MTU);
+    /// `VHOST_F_LOG_ALL`: the device logs the pages it writes (live
+    /// migration), once the frontend shared a log (`SET_LOG_BASE`).
+    pub const LOG_ALL: u64 = super::VhostUserVirtioFeatures::LOG_ALL.bits();
+    /// `VIRTIO_NET_F_GUEST_ANNOUNCE`: the guest announces itself (gratuitous
+    /// ARP) when the VMM asks, after a migration. The VMM owns the control
+    /// queue and the config space, the device only offers the bit.
+    pub const GUEST_ANNOUNCE: u64 = bit(VIRTIO_NET_F_GUEST_ANNOUNCE);
     /// `VHOST_USER_F_PROTOCOL_FEATURES`.
     pub const PROTOCOL_FEATURES: u64 = super::VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
     /// `VIRTIO_NET_F_CSUM`: the guest may send partially checksummed frames.
@@ -195,6 +202,8 @@ pub fn offered_features(queue_pairs: u16, offloads: Offloads, mtu: Option<u16>) 
         | bits::RING_PACKED
         | bits::IN_ORDER
         | bits::PROTOCOL_FEATURES
+        | bits::LOG_ALL
+        | bits::GUEST_ANNOUNCE
         | offloads.bits();
     if queue_pairs > 1 {
         f |= bits::MQ;
@@ -207,11 +216,14 @@ pub fn offered_features(queue_pairs: u16, offloads: Offloads, mtu: Option<u16>) 
 
 /// The vhost-user protocol features a port offers.
 ///
-/// `REPLY_ACK` is added by the `vhost` crate itself. Never offered: `RARP`,
-/// `NET_MTU`, `STATUS`, `INFLIGHT_SHMFD`, `LOG_SHMFD` (their messages are not
-/// handled yet), `CONFIG` (the VMM owns the config space).
+/// `REPLY_ACK` is added by the `vhost` crate itself; `LOG_SHMFD` carries
+/// the dirty log of a live migration (`SET_LOG_BASE` with its fd). Never
+/// offered: `RARP` (the device offers `GUEST_ANNOUNCE`, with which QEMU
+/// never sends `SEND_RARP`), `NET_MTU`, `STATUS`, `INFLIGHT_SHMFD` (their
+/// messages are not handled), `CONFIG` (the VMM owns the config space).
 pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
     VhostUserProtocolFeatures::MQ
+        | VhostUserProtocolFeatures::LOG_SHMFD
         | VhostUserProtocolFeatures::REPLY_ACK
         | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
         | VhostUserProtocolFeatures::RESET_DEVICE
@@ -260,6 +272,11 @@ impl Negotiated {
         self.has(bits::RING_PACKED)
     }
 
+    /// Whether the frontend asked for dirty-page logging (`VHOST_F_LOG_ALL`).
+    pub const fn log_all(self) -> bool {
+        self.has(bits::LOG_ALL)
+    }
+
     /// Whether the driver may use indirect descriptor tables.
     pub const fn indirect(self) -> bool {
         self.has(bits::INDIRECT_DESC)
@@ -281,6 +298,8 @@ mod tests {
             bits::RING_PACKED,
             bits::IN_ORDER,
             bits::PROTOCOL_FEATURES,
+            bits::LOG_ALL,
+            bits::GUEST_ANNOUNCE,
         ] {
             assert_eq!(f & b, b, "bit {b:#x} missing");
         }
@@ -299,12 +318,12 @@ mod tests {
         assert!(p.contains(VhostUserProtocolFeatures::MQ));
         assert!(p.contains(VhostUserProtocolFeatures::REPLY_ACK));
         assert!(p.contains(VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS));
+        assert!(p.contains(VhostUserProtocolFeatures::LOG_SHMFD));
         for never in [
             VhostUserProtocolFeatures::RARP,
             VhostUserProtocolFeatures::MTU,
             VhostUserProtocolFeatures::STATUS,
             VhostUserProtocolFeatures::INFLIGHT_SHMFD,
-            VhostUserProtocolFeatures::LOG_SHMFD,
             VhostUserProtocolFeatures::CONFIG,
         ] {
             assert!(!p.contains(never), "{never:?} offered");

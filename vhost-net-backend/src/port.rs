@@ -461,6 +461,8 @@ fn serve_connection(inner: &PortInner, stream: UnixStream) {
 
 /// `VHOST_USER_SET_VRING_ENABLE`.
 const REQ_SET_VRING_ENABLE: u32 = 18;
+/// `VHOST_USER_SET_LOG_FD`.
+const REQ_SET_LOG_FD: u32 = 7;
 /// Header flags: protocol version 1, reply, need-reply.
 const HDR_VERSION_1: u32 = 0x1;
 const HDR_REPLY: u32 = 0x4;
@@ -474,12 +476,13 @@ const HDR_NEED_REPLY: u32 = 0x8;
 /// message without replying (the feature is not acked yet), which would hang
 /// the frontend. We peek at each header and take this one message ourselves:
 /// the requested state is recorded (it applies once the ring starts) and
-/// acked. Returns whether a message was consumed.
+/// acked. `SET_LOG_FD` is taken here too ([`set_log_fd`]). Returns whether
+/// a message was consumed.
 fn early_vring_enable(
     inner: &PortInner,
     sock: &UnixStream,
 ) -> Result<bool, vhost::vhost_user::Error> {
-    use std::io::{Read, Write};
+    use std::io::Read;
     use vhost::vhost_user::Error as E;
     use vhost::vhost_user::VhostUserBackendReqHandlerMut;
 
@@ -492,6 +495,9 @@ fn early_vring_enable(
     }
     let word = |i: usize| u32::from_le_bytes(hdr[i..i + 4].try_into().expect("4 bytes"));
     let (request, flags, size) = (word(0), word(4), word(8));
+    if request == REQ_SET_LOG_FD && size == 0 {
+        return set_log_fd(inner, sock, flags).map(|()| true);
+    }
     let protocol_acked = inner.acked.load(Ordering::Acquire) & device::bits::PROTOCOL_FEATURES != 0;
     if request != REQ_SET_VRING_ENABLE || protocol_acked || size != 8 {
         return Ok(false);
@@ -510,14 +516,44 @@ fn early_vring_enable(
         if res.is_ok() { "recorded" } else { "refused" }
     );
     if flags & HDR_NEED_REPLY != 0 {
-        let mut reply = [0u8; 20];
-        reply[0..4].copy_from_slice(&REQ_SET_VRING_ENABLE.to_le_bytes());
-        reply[4..8].copy_from_slice(&(HDR_VERSION_1 | HDR_REPLY).to_le_bytes());
-        reply[8..12].copy_from_slice(&8u32.to_le_bytes());
-        reply[12..20].copy_from_slice(&u64::from(res.is_err()).to_le_bytes());
-        (&*sock).write_all(&reply).map_err(E::SocketBroken)?;
+        ack(sock, REQ_SET_VRING_ENABLE, res.is_err())?;
     } else {
         res?;
     }
     Ok(true)
+}
+
+/// Writes a `REPLY_ACK` reply to `request` (`failed`: a non-zero status).
+fn ack(sock: &UnixStream, request: u32, failed: bool) -> Result<(), vhost::vhost_user::Error> {
+    use std::io::Write;
+    let mut reply = [0u8; 20];
+    reply[0..4].copy_from_slice(&request.to_le_bytes());
+    reply[4..8].copy_from_slice(&(HDR_VERSION_1 | HDR_REPLY).to_le_bytes());
+    reply[8..12].copy_from_slice(&8u32.to_le_bytes());
+    reply[12..20].copy_from_slice(&u64::from(failed).to_le_bytes());
+    (&*sock)
+        .write_all(&reply)
+        .map_err(vhost::vhost_user::Error::SocketBroken)
+}
+
+/// Takes a `SET_LOG_FD` (which the `vhost` crate does not handle and would
+/// close the connection on): the eventfd it carries is accepted and closed
+/// unused (read without ancillary space, the kernel closes it). The log
+/// itself needs no signal: the frontend reads the bitmap when it syncs
+/// (QEMU's vhost-user frontend never sends this message).
+fn set_log_fd(
+    inner: &PortInner,
+    sock: &UnixStream,
+    flags: u32,
+) -> Result<(), vhost::vhost_user::Error> {
+    use std::io::Read;
+    let mut hdr = [0u8; 12];
+    (&*sock)
+        .read_exact(&mut hdr)
+        .map_err(vhost::vhost_user::Error::SocketBroken)?;
+    tracing::debug!("port {}: SET_LOG_FD accepted (not signalled)", inner.name);
+    if flags & HDR_NEED_REPLY != 0 {
+        ack(sock, REQ_SET_LOG_FD, false)?;
+    }
+    Ok(())
 }

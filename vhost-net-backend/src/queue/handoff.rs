@@ -30,6 +30,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::device::Negotiated;
 use crate::poll;
+use crate::ring::log::LogTarget;
 use crate::ring::{GuestMemory, Layout, Ring, SegVec};
 use crate::stats::{BurstCounters, DropReason, QueueStats};
 
@@ -52,6 +53,9 @@ pub(crate) struct RingConfig {
     pub features: Negotiated,
     /// Largest frame accepted from the guest (Ethernet header included).
     pub max_frame: usize,
+    /// The dirty-page log, while the frontend has logging on
+    /// (`VHOST_F_LOG_ALL` acked and a log shared with `SET_LOG_BASE`).
+    pub log: Option<LogTarget>,
 }
 
 #[derive(Debug, Default)]
@@ -170,6 +174,12 @@ impl Vring {
         // counter small). EAGAIN just means nobody woke us.
         let _ = shared.wake.read();
         let desired = slot.desired.clone();
+        // Whatever this burst boundary leaves unpublished (a sink that
+        // picked up the change between two pushes) is published first, with
+        // the old configuration's log and call: a stopped ring reports a
+        // base with every used entry visible, and a remapped one starts
+        // without pending state.
+        self.publish_pending();
         match &desired {
             None => {
                 if let Some(r) = self.ring.take() {
@@ -194,7 +204,10 @@ impl Vring {
                     ),
                 };
                 self.ring = match ring {
-                    Ok(r) => Some(r),
+                    Ok(mut r) => {
+                        r.set_log(cfg.log.as_ref(), cfg.layout);
+                        Some(r)
+                    }
                     Err(e) => {
                         tracing::warn!("vring: cannot start ring: {e}");
                         None
@@ -248,6 +261,18 @@ impl Vring {
     /// the burst's counts. Once per burst.
     #[inline]
     pub(super) fn finish_burst(&mut self) {
+        self.publish_pending();
+        if self.counters.packets != 0 || self.counters.any_drop || self.counters.notifications != 0
+        {
+            self.shared.stats.add(&self.counters);
+            self.counters = BurstCounters::default();
+        }
+    }
+
+    /// Publishes the used entries written so far and signals the guest if
+    /// it wants it.
+    #[inline]
+    fn publish_pending(&mut self) {
         if let Some(ring) = &mut self.ring {
             if ring.is_broken() && !self.reported_broken {
                 self.reported_broken = true;
@@ -261,11 +286,6 @@ impl Vring {
                     self.counters.notifications += 1;
                 }
             }
-        }
-        if self.counters.packets != 0 || self.counters.any_drop || self.counters.notifications != 0
-        {
-            self.shared.stats.add(&self.counters);
-            self.counters = BurstCounters::default();
         }
     }
 
@@ -298,6 +318,7 @@ impl Vring {
 
 impl Drop for Vring {
     fn drop(&mut self) {
+        self.publish_pending();
         let mut slot = self.shared.lock();
         slot.attached = false;
         if let Some(r) = self.ring.take() {
@@ -305,5 +326,47 @@ impl Drop for Vring {
         }
         drop(slot);
         self.shared.acked.notify_all();
+    }
+}
+
+#[cfg(all(test, feature = "test-utils"))]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::net_hdr::VirtioNetHdr;
+    use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
+    use crate::sink::Sink;
+
+    /// A ring stopped between two pushes of a burst (a switch's RX sink
+    /// picks up ring changes at each push) publishes what it wrote before it
+    /// reports its base: the guest sees every used entry, the base is exact.
+    #[test]
+    fn a_ring_stopped_mid_burst_publishes_before_reporting_its_base() {
+        for packed in [false, true] {
+            let mut lg = LoopbackGuest::new(LoopbackOpts {
+                packed,
+                ..LoopbackOpts::default()
+            });
+            assert_eq!(lg.post_rx(4), 4);
+            let hdr = VirtioNetHdr::default();
+            let frame: &[u8] = &[7u8; 60];
+            Sink::push(&mut lg.qp.rx, &hdr, &frame).expect("room");
+            let shared = Arc::clone(&lg.qp.rx.vring.shared);
+            let stop = std::thread::spawn(move || shared.publish(None));
+            while lg.qp.rx.is_running() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let base = stop.join().unwrap();
+            let want = if packed {
+                1 | 1 << 15 | 1 << 16 | 1 << 31
+            } else {
+                1
+            };
+            assert_eq!(base, Some(want), "packed={packed}");
+            let mut got = Vec::new();
+            assert_eq!(lg.reap_rx_with(&mut |f| got.push(f.to_vec())), 1);
+            assert_eq!(got[0][lg.hdr_len()..], [7u8; 60]);
+        }
     }
 }

@@ -202,6 +202,7 @@ impl RxQueue {
         w.write_hdr(&h, hdr_len);
         frame.copy_into(&mut FrameWriter::guest(&mut w));
         let mut remaining = w.written();
+        ring.log_write(v.segs.as_slice(), remaining);
         let bytes = remaining.saturating_sub(hdr_len);
         for &(u, len) in &q.chains[..nchains] {
             let l = remaining.min(len as usize);

@@ -14,6 +14,7 @@
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
+use super::log::{DirtyLog, LogTarget, LOG_PAGE_SHIFT};
 use super::memory::GuestMemory;
 use super::{Layout, PackedLayout, SplitLayout};
 use crate::device::{bits, Negotiated, MAX_FRAME_LEN};
@@ -82,6 +83,7 @@ pub struct LoopbackGuest {
     len: u64,
     /// The device side, to drive with the burst API.
     pub qp: QueuePair,
+    log: Option<Arc<DirtyLog>>,
 }
 
 const GPA: u64 = 0x1_0000_0000;
@@ -93,6 +95,22 @@ impl LoopbackGuest {
     /// On an invalid `opts` (size 0, a split size that is not a power of
     /// two, a buffer shorter than 64 bytes).
     pub fn new(opts: LoopbackOpts) -> Self {
+        Self::build(opts, false)
+    }
+
+    /// [`LoopbackGuest::new`] with dirty-page logging on (`LOG_ALL` acked,
+    /// a log covering the whole memory): what a ring costs during a live
+    /// migration. The log is [`LoopbackGuest::dirty_log`].
+    pub fn with_dirty_log(opts: LoopbackOpts) -> Self {
+        Self::build(opts, true)
+    }
+
+    /// The dirty log, when built [`LoopbackGuest::with_dirty_log`].
+    pub fn dirty_log(&self) -> Option<&DirtyLog> {
+        self.log.as_deref()
+    }
+
+    fn build(opts: LoopbackOpts, logged: bool) -> Self {
         assert!(opts.size > 0 && (opts.packed || opts.size.is_power_of_two()));
         let rx_len = opts.rx_buf_len.unwrap_or(opts.buf_len);
         assert!(opts.buf_len >= 64 && rx_len >= 64);
@@ -128,6 +146,9 @@ impl LoopbackGuest {
         let rx = mk(0, rx_len);
         let tx = mk(ring_bytes + rx_bytes, opts.buf_len);
         let mut features = opts.features | bits::VERSION_1;
+        if logged {
+            features |= bits::LOG_ALL;
+        }
         if opts.packed {
             features |= bits::RING_PACKED;
         }
@@ -150,6 +171,9 @@ impl LoopbackGuest {
                 })
             }
         };
+        // One bit per 4 KiB page from GPA 0 to the end of the memory.
+        let log_bytes = ((GPA + total as u64) >> LOG_PAGE_SHIFT).div_ceil(8);
+        let log = logged.then(|| Arc::new(DirtyLog::anonymous(log_bytes as usize)));
         let base_idx = if opts.packed { 0x8000_8000 } else { 0 };
         let shared: Vec<Arc<VringShared>> = (0..2)
             .map(|_| Arc::new(VringShared::new().expect("eventfd")))
@@ -164,6 +188,10 @@ impl LoopbackGuest {
                 call: None,
                 features,
                 max_frame: MAX_FRAME_LEN,
+                log: log.as_ref().map(|l| LogTarget {
+                    log: Arc::clone(l),
+                    used_gpa: gpa_of(r.used),
+                }),
             };
             // Not attached yet: applied at the first burst, no wait.
             shared[i].publish(Some(Arc::new(cfg)));
@@ -176,6 +204,7 @@ impl LoopbackGuest {
             hdr_len: features.hdr_len(),
             len: total as u64,
             qp,
+            log,
         };
         // Descriptor i always points at buffer i (split); packed descriptors
         // are written at post time.

@@ -215,6 +215,20 @@ impl GuestMemory {
         Some(r.hva + off as usize)
     }
 
+    /// The guest physical address of host address `hva` (the inverse of
+    /// [`Self::translate`], for dirty-page logging). `hint` as there.
+    #[inline]
+    pub(crate) fn hva_to_gpa(&self, hva: usize, hint: &mut usize) -> Option<u64> {
+        let inside = |r: &Region| hva >= r.hva && ((hva - r.hva) as u64) < r.len;
+        let i = match self.regions.get(*hint) {
+            Some(r) if inside(r) => *hint,
+            _ => self.regions.iter().position(inside)?,
+        };
+        *hint = i;
+        let r = &self.regions[i];
+        Some(r.gpa + (hva - r.hva) as u64)
+    }
+
     /// Like [`Self::translate`], but a range may span adjacent regions: calls
     /// `f(hva, len)` for each piece, in order. Returns false (having called
     /// `f` for a prefix only) when part of the range is not mapped.

@@ -13,12 +13,14 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod driver_sys;
+pub(crate) mod log;
 #[cfg(feature = "test-utils")]
 pub(crate) mod loopback;
 pub(crate) mod memory;
 pub(crate) mod packed;
 pub(crate) mod split;
 
+pub use log::{DirtyLog, NO_DIRTY_LOG_ENV};
 pub use memory::{GuestMemory, MemoryError};
 pub use packed::PackedLayout;
 pub use split::{RingError, SplitLayout};
@@ -142,6 +144,28 @@ impl Ring {
                 Ring::Packed(r.remap(mem, l, event_idx, indirect)?)
             }
             (r, l) => Ring::new(mem, l, r.base(), event_idx, indirect)?,
+        })
+    }
+
+    /// Switches dirty-page logging on (`Some`) or off for this ring's
+    /// writes; `layout` is the ring's own (packed rings log their
+    /// descriptor and device areas at its addresses).
+    pub(crate) fn set_log(&mut self, target: Option<&log::LogTarget>, layout: Layout) {
+        match (self, layout) {
+            (Ring::Split(r), _) => r.log = target.map(|t| log::RingLog::new(t, t.used_gpa, 0)),
+            (Ring::Packed(r), Layout::Packed(l)) => {
+                r.log = target.map(|t| log::RingLog::new(t, l.desc, l.device))
+            }
+            (Ring::Packed(r), Layout::Split(_)) => r.log = None,
+        }
+    }
+
+    /// Marks the first `len` bytes written into `segs` (an RX frame) in the
+    /// dirty log, when it is on. One branch when it is off.
+    #[inline(always)]
+    pub(crate) fn log_write(&mut self, segs: &[Seg], len: usize) {
+        dispatch!(self, r => if let Some(l) = &mut r.log {
+            l.mark_segs(&r.mem, segs, len);
         })
     }
 

@@ -18,6 +18,7 @@
 use std::sync::atomic::{fence, AtomicU16, Ordering};
 use std::sync::Arc;
 
+use super::log::RingLog;
 use super::memory::GuestMemory;
 use super::split::RingError;
 use super::{read_desc_words, Mark, Popped, Seg, SegVec, UsedId};
@@ -57,7 +58,7 @@ struct Desc {
 /// A packed ring owned by one data-plane thread.
 #[derive(Debug)]
 pub(crate) struct PackedRing {
-    mem: Arc<GuestMemory>,
+    pub(super) mem: Arc<GuestMemory>,
     desc: usize,
     driver: usize,
     device: usize,
@@ -78,6 +79,8 @@ pub(crate) struct PackedRing {
     notify_enabled: bool,
     hint: usize,
     broken: bool,
+    /// Dirty-page logging, while the frontend has it on.
+    pub(super) log: Option<Box<RingLog>>,
 }
 
 // SAFETY: the raw addresses point into mappings kept alive by `mem`; a ring
@@ -143,6 +146,7 @@ impl PackedRing {
             notify_enabled: true,
             hint: 0,
             broken: false,
+            log: None,
         };
         r.enable_notification();
         Ok(r)
@@ -419,8 +423,23 @@ impl PackedRing {
     pub(crate) fn publish_used(&mut self) -> bool {
         match self.pending_head.take() {
             Some((slot, flags)) => {
+                if let Some(l) = &mut self.log {
+                    // The burst's slots, from its head to the used position
+                    // (all of them when it went round once), then every
+                    // mark of the burst, before the head makes them visible.
+                    let (h, n, size) =
+                        (slot as u64, u64::from(self.next_used), u64::from(self.size));
+                    let count = if n > h { n - h } else { n + size - h };
+                    let first = count.min(size - h);
+                    l.cache.mark(l.area + 16 * h, 16 * first);
+                    l.cache.mark(l.area, 16 * (count - first));
+                    l.cache.flush();
+                }
                 self.flags_atomic(slot as u16)
                     .store(flags.to_le(), Ordering::Release);
+                if let Some(l) = &mut self.log {
+                    l.cache.mark_now(l.area + 16 * slot as u64 + 14, 2);
+                }
                 self.published = true;
                 true
             }
@@ -436,9 +455,12 @@ impl PackedRing {
     }
 
     #[inline]
-    fn write_u16(&self, addr: usize, v: u16) {
+    fn write_u16(&mut self, addr: usize, v: u16) {
         // SAFETY: as in `read_u16`; only the device area is written.
         unsafe { std::ptr::write_volatile(addr as *mut u16, v.to_le()) }
+        if let Some(l) = &mut self.log {
+            l.cache.mark_now(l.device, 4);
+        }
     }
 
     /// Whether the driver wants an interrupt for what was published since

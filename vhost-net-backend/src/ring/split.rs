@@ -21,6 +21,7 @@ use std::num::Wrapping;
 use std::sync::atomic::{fence, AtomicU16, Ordering};
 use std::sync::Arc;
 
+use super::log::RingLog;
 use super::memory::GuestMemory;
 use super::{read_desc_words, Mark, Popped, Seg, SegVec, UsedId};
 use crate::stats::DropReason;
@@ -71,7 +72,7 @@ struct Desc {
 #[derive(Debug)]
 pub(crate) struct SplitRing {
     /// Keeps `desc`, `avail` and `used` (and every buffer) mapped.
-    mem: Arc<GuestMemory>,
+    pub(super) mem: Arc<GuestMemory>,
     desc: usize,
     avail: usize,
     used: usize,
@@ -95,6 +96,8 @@ pub(crate) struct SplitRing {
     /// Set once the guest broke the ring (e.g. an avail index running more
     /// than `size` ahead); the ring is not processed further.
     broken: bool,
+    /// Dirty-page logging, while the frontend has it on.
+    pub(super) log: Option<Box<RingLog>>,
 }
 
 // SAFETY: the raw addresses point into the mappings kept alive by `mem`
@@ -151,6 +154,7 @@ impl SplitRing {
             notify_enabled: true,
             hint: 0,
             broken: false,
+            log: None,
         };
         let used_idx = ring.used_idx_atomic().load(Ordering::Acquire);
         ring.next_used = Wrapping(used_idx);
@@ -447,9 +451,23 @@ impl SplitRing {
         if self.next_used == self.published_used {
             return false;
         }
+        if let Some(l) = &mut self.log {
+            // The entries of this burst (two pieces when they wrap), then
+            // every mark of the burst, before the index makes them visible.
+            let n = u64::from((self.next_used - self.published_used).0);
+            let size = u64::from(self.size);
+            let start = u64::from(self.published_used.0 & (self.size - 1));
+            let first = n.min(size - start);
+            l.cache.mark(l.area + 4 + 8 * start, 8 * first);
+            l.cache.mark(l.area + 4, 8 * (n - first));
+            l.cache.flush();
+        }
         self.used_idx_atomic()
             .store(self.next_used.0, Ordering::Release);
         self.published_used = self.next_used;
+        if let Some(l) = &mut self.log {
+            l.cache.mark_now(l.area + 2, 2);
+        }
         true
     }
 
@@ -482,9 +500,15 @@ impl SplitRing {
                 self.used + 4 + 8 * usize::from(self.size),
                 self.next_avail.0,
             );
+            if let Some(l) = &mut self.log {
+                l.cache.mark_now(l.area + 4 + 8 * u64::from(self.size), 2);
+            }
         } else {
             let flags = self.read_u16(self.used);
             self.write_u16(self.used, flags & !USED_F_NO_NOTIFY);
+            if let Some(l) = &mut self.log {
+                l.cache.mark_now(l.area, 2);
+            }
         }
         self.notify_enabled = true;
         fence(Ordering::SeqCst);
@@ -500,6 +524,9 @@ impl SplitRing {
         if !self.event_idx {
             let flags = self.read_u16(self.used);
             self.write_u16(self.used, flags | USED_F_NO_NOTIFY);
+            if let Some(l) = &mut self.log {
+                l.cache.mark_now(l.area, 2);
+            }
         }
         // With EVENT_IDX, leaving avail_event behind suppresses kicks.
     }

@@ -134,6 +134,7 @@ use self::vring::{
 };
 pub use crate::net_hdr::VirtioNetHdr;
 pub use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
+pub use crate::ring::DirtyLog;
 pub use crate::ring::{Layout, PackedLayout, SplitLayout};
 
 // ===== constants =====

@@ -332,3 +332,73 @@ fn echo_through_regions(
     drv.release_desc(0, false, tx_head).unwrap();
     tally.add(&[f]);
 }
+
+#[test]
+fn dirty_log_messages_are_served_and_the_log_is_marked() {
+    use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
+    use vhost::VhostUserDirtyLogRegion;
+    let echo = Echo::server("proto-log", |_| {});
+    let mut tally = [Tally::default()];
+    let opts = DriverOpts {
+        protocol_features: DriverOpts::default().protocol_features | P::LOG_SHMFD,
+        ..DriverOpts::default()
+    };
+    let (gpa_base, mem_size) = (opts.gpa_base, opts.mem_size);
+    let mut drv = echo.connect(opts);
+    assert!(drv.protocol_features().contains(P::LOG_SHMFD));
+    assert_ne!(drv.offered_features() & bits::LOG_ALL, 0);
+    traffic_flows(&mut drv, 1, 0, &mut tally);
+
+    // One bit per 4 KiB page up to the end of guest memory.
+    let log_len = ((gpa_base + mem_size) >> 12).div_ceil(8);
+    let dir = TempDir::new("proto-log");
+    let log = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.path().join("log"))
+        .unwrap();
+    log.set_len(log_len).unwrap();
+    let region = |size: u64| VhostUserDirtyLogRegion {
+        mmap_size: size,
+        mmap_offset: 0,
+        mmap_handle: log.as_raw_fd(),
+    };
+    drv.frontend()
+        .set_log_base(0, Some(region(log_len)))
+        .expect("SET_LOG_BASE is answered");
+    let efd = vmm_sys_util::eventfd::EventFd::new(0).unwrap();
+    drv.frontend()
+        .set_log_fd(efd.as_raw_fd())
+        .expect("SET_LOG_FD is acked");
+    // LOG_ALL on (the driver keeps its own view of the acked set).
+    let acked = drv.acked_features();
+    drv.frontend()
+        .set_features(acked | bits::LOG_ALL)
+        .expect("LOG_ALL");
+    traffic_flows(&mut drv, 1, 1, &mut tally);
+    let mut bitmap = vec![0u8; log_len as usize];
+    log.read_exact_at(&mut bitmap, 0).unwrap();
+    let dirty: Vec<u64> = (0..log_len * 8)
+        .filter(|&p| bitmap[(p / 8) as usize] & (1 << (p % 8)) != 0)
+        .collect();
+    assert!(!dirty.is_empty(), "nothing marked with LOG_ALL on");
+    let (first, end) = (gpa_base >> 12, (gpa_base + mem_size) >> 12);
+    assert!(
+        dirty.iter().all(|&p| (first..end).contains(&p)),
+        "a page outside guest memory was marked: {dirty:?}"
+    );
+    drv.frontend().set_features(acked).expect("LOG_ALL off");
+    traffic_flows(&mut drv, 1, 2, &mut tally);
+    assert_no_violations(&drv);
+    // A log larger than its file is refused (the connection closes).
+    let _ = drv.frontend().set_log_base(0, Some(region(log_len + 4096)));
+    assert!(
+        drv.wait_backend_hangup(TIMEOUT),
+        "a log beyond its file accepted"
+    );
+    drop(drv);
+    let c = echo.stop();
+    assert_clean_counts(&c[0], tally[0], "dirty log");
+}
