@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod bins;
+pub mod device_plugin;
 pub mod echo;
 pub mod features;
 pub mod netns;
