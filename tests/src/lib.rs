@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod bins;
 pub mod cri;
+pub mod device_plugin;
 pub mod echo;
 pub mod features;
 pub mod netns;

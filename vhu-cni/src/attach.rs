@@ -74,13 +74,19 @@ pub struct HostDirs {
 
 /// The host socket directories: `hostSocketDir` with `{podUID}` replaced by
 /// `K8S_POD_UID` (or, without the placeholder, the pod's key appended:
-/// `K8S_POD_UID`, else the container id), then `<ifname>/sock`.
+/// `K8S_POD_UID`, else the container id), then `<ifname>/sock`. With a
+/// `deviceID` the pod's directory is the device plugin's directory of that
+/// device, `<deviceDir>/<deviceID>` (mounted at the pod's socket directory),
+/// which must exist; the plugin keeps it.
 ///
 /// # Errors
-/// Code 4 when the template needs `K8S_POD_UID` and `CNI_ARGS` lacks it.
+/// Code 4 when the template needs `K8S_POD_UID` and `CNI_ARGS` lacks it;
+/// code 7 when the device's directory is missing.
 pub fn host_dirs(conf: &NetConf, env: &CniEnv) -> Result<HostDirs, CniError> {
     let t = &conf.host_socket_dir;
-    let (pod_dir, owns) = if t.contains("{podUID}") {
+    let (pod_dir, owns) = if let Some(id) = &conf.device_id {
+        (device_pod_dir(conf, id)?, false)
+    } else if t.contains("{podUID}") {
         let uid = env.pod_uid().ok_or_else(|| {
             CniError::env(format!(
                 "CNI_ARGS has no K8S_POD_UID, which hostSocketDir {t:?} needs; set hostSocketDir \
@@ -99,6 +105,21 @@ pub fn host_dirs(conf: &NetConf, env: &CniEnv) -> Result<HostDirs, CniError> {
         pod_dir,
         owns_pod_dir: owns,
     })
+}
+
+/// The device plugin's directory of device `id`: `<deviceDir>/<id>`, a
+/// directory (or a link to one: the request's first device's).
+fn device_pod_dir(conf: &NetConf, id: &str) -> Result<PathBuf, CniError> {
+    let d = conf.device_dir.join(id);
+    if d.is_dir() {
+        return Ok(d);
+    }
+    Err(CniError::config(format!(
+        "deviceID {id:?} has no socket directory {}: vhu-device-plugin makes it when kubelet \
+         allocates the device; check that the pod requests the network's resourceName and that \
+         deviceDir is the plugin's --host-dir",
+        d.display()
+    )))
 }
 
 /// What ADD made, kept under `stateDir` so that DEL and GC find it.
@@ -184,5 +205,35 @@ mod tests {
         assert!(derived_mac(&p).is_unicast());
         assert_eq!(derived_mac(&p).0[0], 0x02);
         assert_eq!(pod_socket_path("net1"), "/var/run/vhu/net1/sock");
+    }
+
+    #[test]
+    fn device_directories() {
+        let dp = std::env::temp_dir().join(format!("vhu-cni-dp-{}", std::process::id()));
+        std::fs::create_dir_all(dp.join("vhu2")).unwrap();
+        let _ = std::fs::remove_file(dp.join("vhu3"));
+        std::os::unix::fs::symlink("vhu2", dp.join("vhu3")).unwrap();
+        let conf = |id: &str| {
+            let c = format!(
+                r#"{{"cniVersion":"1.0.0","name":"n","type":"vhu-cni","kind":"vhost-user","deviceID":"{id}","deviceDir":"{}"}}"#,
+                dp.display()
+            );
+            NetConf::parse(c.as_bytes()).unwrap()
+        };
+        let env = CniEnv {
+            container_id: "c1".into(),
+            ifname: "net1".into(),
+            ..CniEnv::default()
+        };
+        for id in ["vhu2", "vhu3"] {
+            let d = host_dirs(&conf(id), &env).unwrap();
+            assert_eq!(d.pod_dir, dp.join(id));
+            assert!(!d.owns_pod_dir, "the device plugin keeps its directory");
+            assert_eq!(d.socket, dp.join(id).join("net1/sock"));
+        }
+        let e = host_dirs(&conf("vhu9"), &env).unwrap_err();
+        assert_eq!(e.code, crate::error::INVALID_CONFIG);
+        assert!(e.msg.contains("has no socket directory"), "{e}");
+        std::fs::remove_dir_all(&dp).unwrap();
     }
 }

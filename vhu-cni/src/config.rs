@@ -25,6 +25,9 @@ pub const DEFAULT_HOST_SOCKET_DIR: &str =
 pub const POD_SOCKET_DIR: &str = "/var/run/vhu";
 /// Default directory of the plugin's per-attachment records.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/vhu-cni";
+/// Default directory of the device plugin's per-device socket directories
+/// (`vhu-device-plugin --host-dir`).
+pub const DEFAULT_DEVICE_DIR: &str = "/run/vhu/dp";
 
 /// The spec's top-level fields (and the ones runtimes add).
 const SPEC_FIELDS: &[&str] = &[
@@ -40,6 +43,7 @@ const SPEC_FIELDS: &[&str] = &[
     "prevResult",
     "cni.dev/valid-attachments",
     "deviceID",
+    "pciBusID",
 ];
 /// This plugin's fields.
 const OWN_FIELDS: &[&str] = &[
@@ -55,6 +59,7 @@ const OWN_FIELDS: &[&str] = &[
     "socketGroup",
     "socketMode",
     "stateDir",
+    "deviceDir",
 ];
 
 /// The interface a pod gets.
@@ -154,6 +159,11 @@ pub struct NetConf {
     pub socket_mode: Option<String>,
     /// Where the per-attachment records go.
     pub state_dir: PathBuf,
+    /// The device a device plugin allocated for this attachment (Multus's
+    /// `deviceID`, or `runtimeConfig.deviceID`).
+    pub device_id: Option<String>,
+    /// Where the device plugin makes the devices' socket directories.
+    pub device_dir: PathBuf,
     /// `runtimeConfig`.
     pub runtime: RuntimeConfig,
     /// `prevResult`.
@@ -181,6 +191,9 @@ struct Own {
     socket_group: Option<String>,
     socket_mode: Option<String>,
     state_dir: Option<String>,
+    #[serde(rename = "deviceID")]
+    device_id: Option<String>,
+    device_dir: Option<String>,
     #[serde(default)]
     runtime_config: Option<Value>,
     prev_result: Option<Value>,
@@ -322,6 +335,7 @@ impl NetConf {
                 (own.socket_owner.is_some(), "socketOwner"),
                 (own.socket_group.is_some(), "socketGroup"),
                 (own.socket_mode.is_some(), "socketMode"),
+                (own.device_dir.is_some(), "deviceDir"),
             ] {
                 if present {
                     return Err(CniError::config(format!(
@@ -419,6 +433,11 @@ impl NetConf {
         if let Some(m) = &runtime.mac {
             parse_mac("runtimeConfig.mac", m)?;
         }
+        let device_id = device_id(own.device_id, runtime.device_id.clone(), vhost)?;
+        let device_dir = own
+            .device_dir
+            .unwrap_or_else(|| DEFAULT_DEVICE_DIR.to_owned());
+        check_abs_path("deviceDir", &device_dir)?;
         Ok(Self {
             cni_version: version,
             name: own.name,
@@ -436,6 +455,8 @@ impl NetConf {
             socket_group: own.socket_group,
             socket_mode: own.socket_mode,
             state_dir: state_dir.into(),
+            device_id,
+            device_dir: device_dir.into(),
             runtime,
             prev_result: own.prev_result,
             valid_attachments: own.valid_attachments,
@@ -446,6 +467,44 @@ impl NetConf {
     pub fn is_1_1(&self) -> bool {
         self.cni_version == "1.1.0"
     }
+}
+
+/// The device id, from the top level (where Multus puts it) or
+/// `runtimeConfig.deviceID`: they must agree, name a file in `deviceDir`,
+/// and apply to vhost-user only.
+fn device_id(
+    top: Option<String>,
+    runtime: Option<String>,
+    vhost: bool,
+) -> Result<Option<String>, CniError> {
+    let id = match (top, runtime) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(CniError::config(format!(
+                "deviceID {a:?} and runtimeConfig.deviceID {b:?} differ; give one"
+            )))
+        }
+        (a, b) => a.or(b),
+    };
+    let Some(id) = id else { return Ok(None) };
+    if !vhost {
+        return Err(CniError::config(format!(
+            "deviceID {id:?} applies only to kind \"vhost-user\" (a device plugin's socket \
+             directory); remove the resourceName from this tap network"
+        )));
+    }
+    let ok = !id.is_empty()
+        && id.len() <= 63
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+    if !ok {
+        return Err(CniError::config(format!(
+            "deviceID {id:?} is not a device plugin's device id (1-63 of A-Z a-z 0-9 _ . -)"
+        )));
+    }
+    Ok(Some(id))
 }
 
 /// Parses a unicast MAC.
@@ -502,6 +561,53 @@ mod tests {
         assert!(c.is_1_1());
         let t = NetConf::parse(conf(r#","kind":"tap","vlan":5"#, "1.0.0").as_bytes()).unwrap();
         assert_eq!((t.kind, t.vlan), (Kind::Tap, Some(Vlan::Access(5))));
+    }
+
+    #[test]
+    fn device_ids() {
+        let vu = |extra: &str| {
+            NetConf::parse(conf(&format!(r#","kind":"vhost-user"{extra}"#), "1.0.0").as_bytes())
+        };
+        let c = vu("").unwrap();
+        assert_eq!(
+            (c.device_id, c.device_dir),
+            (None, PathBuf::from(DEFAULT_DEVICE_DIR))
+        );
+        // Multus puts both deviceID and pciBusID at the top level.
+        let c = vu(r#","deviceID":"vhu3","pciBusID":"vhu3","deviceDir":"/run/dp""#).unwrap();
+        assert_eq!(c.device_id.as_deref(), Some("vhu3"));
+        assert_eq!(c.device_dir, PathBuf::from("/run/dp"));
+        let c = vu(r#","runtimeConfig":{"deviceID":"vhu4"}"#).unwrap();
+        assert_eq!(c.device_id.as_deref(), Some("vhu4"));
+        let c = vu(r#","deviceID":"vhu4","runtimeConfig":{"deviceID":"vhu4"}"#).unwrap();
+        assert_eq!(c.device_id.as_deref(), Some("vhu4"));
+        for (extra, msg) in [
+            (
+                r#","deviceID":"vhu1","runtimeConfig":{"deviceID":"vhu2"}"#,
+                "differ",
+            ),
+            (
+                r#","deviceID":"../etc""#,
+                "is not a device plugin's device id",
+            ),
+            (r#","deviceID":"a/b""#, "is not a device plugin's device id"),
+            (r#","deviceID":"""#, "is not a device plugin's device id"),
+            (r#","deviceID":".""#, "is not a device plugin's device id"),
+            (
+                r#","deviceDir":"dp""#,
+                "deviceDir \"dp\" must be an absolute path",
+            ),
+        ] {
+            let e = vu(extra).expect_err(extra);
+            assert_eq!(e.code, INVALID_CONFIG, "{extra}: {e}");
+            assert!(e.msg.contains(msg), "{extra}: {:?} lacks {msg:?}", e.msg);
+        }
+        let e = NetConf::parse(conf(r#","kind":"tap","deviceID":"vhu1""#, "1.0.0").as_bytes())
+            .unwrap_err();
+        assert!(e.msg.contains("applies only to kind \"vhost-user\""), "{e}");
+        let e = NetConf::parse(conf(r#","kind":"tap","deviceDir":"/x""#, "1.0.0").as_bytes())
+            .unwrap_err();
+        assert!(e.msg.contains("deviceDir applies only"), "{e}");
     }
 
     #[test]
