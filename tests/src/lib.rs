@@ -10,6 +10,7 @@ pub mod bench;
 pub mod bins;
 pub mod echo;
 pub mod features;
+pub mod libvirt;
 pub mod netns;
 pub mod peers;
 pub mod qemu;

@@ -12,7 +12,6 @@
 //!   <source type="unix" path="..." mode="server|client"/>
 //!   <model type="virtio-non-transitional"/>    (or virtio-transitional)
 //!   <driver queues="N" rx_queue_size="1024" tx_queue_size="1024"/>
-//!   <mtu size="..."/>                          (when known)
 //!   <alias name="ua-<name>"/>
 //!   <address type="pci" .../>                  (from pciAddress)
 //!   <acpi index="..."/>                        (from acpiIndex)
@@ -63,9 +62,9 @@ pub fn interface_element(iface: &BoundIface, sock: &SocketInfo) -> Element {
                 ("tx_queue_size", QUEUE_SIZE),
             ],
         ));
-    if let Some(mtu) = sock.mtu {
-        e = e.with_child(Element::with_attrs("mtu", &[("size", &mtu.to_string())]));
-    }
+    // No `<mtu>`: libvirt 11.3 tries to set it on a host interface of a
+    // vhostuser NIC and fails to start the domain ("Cannot set interface
+    // MTU on ''"); the MTU is the switch port's (vhu-cni's `mtu`).
     e = e.with_child(Element::with_attrs(
         "alias",
         &[("name", &alias(&iface.name))],
@@ -243,7 +242,7 @@ mod tests {
             out,
             "<domain type=\"kvm\">\n\t<vcpu placement=\"static\">2</vcpu>\n\t<devices>\n\t\t<interface type=\"ethernet\"><alias name=\"ua-default\"></alias></interface>\n\t\t\
              <interface type=\"vhostuser\"><mac address=\"02:00:00:00:00:01\"/><source type=\"unix\" path=\"/var/run/vhu/pod6c270ef2f25/sock\" mode=\"server\"/>\
-             <model type=\"virtio-non-transitional\"/><driver queues=\"2\" rx_queue_size=\"1024\" tx_queue_size=\"1024\"/><mtu size=\"1500\"/><alias name=\"ua-net1\"/>\
+             <model type=\"virtio-non-transitional\"/><driver queues=\"2\" rx_queue_size=\"1024\" tx_queue_size=\"1024\"/><alias name=\"ua-net1\"/>\
              <address type=\"pci\" domain=\"0x0000\" bus=\"0x02\" slot=\"0x01\" function=\"0x0\"/><acpi index=\"3\"/></interface>\n\t</devices>\n\t\
              <memoryBacking><source type=\"memfd\"/><access mode=\"shared\"/></memoryBacking>\n</domain>"
         );
