@@ -62,27 +62,11 @@ fn fixture(name: &str) -> String {
 }
 
 fn binding_bin() -> PathBuf {
-    bins::from_env("VHU_KUBEVIRT_BIN").unwrap_or_else(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        bins::built_example(
-            "vhu-kubevirt-binding",
-            &[root.join("target/release/vhu-kubevirt-binding")],
-            "cargo build --release --workspace",
-            "VHU_KUBEVIRT_BIN",
-        )
-    })
+    bins::release_bin("vhu-kubevirt-binding", "VHU_KUBEVIRT_BIN")
 }
 
 fn cni_bin() -> PathBuf {
-    bins::from_env("VHU_CNI_BIN").unwrap_or_else(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        bins::built_example(
-            "vhu-cni",
-            &[root.join("target/release/vhu-cni")],
-            "cargo build --release --workspace",
-            "VHU_CNI_BIN",
-        )
-    })
+    bins::release_bin("vhu-cni", "VHU_CNI_BIN")
 }
 
 fn is_socket(p: &Path) -> bool {
@@ -257,7 +241,10 @@ fn hook_api_as_virt_launcher() {
         "the pod network's interface"
     );
     assert_eq!(
-        d1.root().child("memoryBacking").map(Element::to_xml).as_deref(),
+        d1.root()
+            .child("memoryBacking")
+            .map(Element::to_xml)
+            .as_deref(),
         Some("<memoryBacking><source type=\"memfd\"/><access mode=\"shared\"/></memoryBacking>")
     );
     let cells: Vec<String> = d1
@@ -276,7 +263,11 @@ fn hook_api_as_virt_launcher() {
     );
     assert_rest_unchanged(&before, &d1, &["devices", "cpu", "memoryBacking"]);
     assert_eq!(
-        d1.root().find(&["metadata", "kubevirt"]).unwrap().attr("xmlns").as_deref(),
+        d1.root()
+            .find(&["metadata", "kubevirt"])
+            .unwrap()
+            .attr("xmlns")
+            .as_deref(),
         Some("http://kubevirt.io")
     );
     // The new interface sits after the last device, indented as it is.
@@ -314,7 +305,11 @@ fn hook_api_as_virt_launcher() {
              <alias name=\"ua-net2\"/><acpi index=\"7\"/></interface>"
         )
     );
-    assert_eq!(iface_xml(&d2, "ua-other"), None, "another binding's interface");
+    assert_eq!(
+        iface_xml(&d2, "ua-other"),
+        None,
+        "another binding's interface"
+    );
     let vhostuser = d2
         .root()
         .child("devices")
@@ -343,11 +338,31 @@ fn hook_api_as_virt_launcher() {
     };
     let vhu_net = json!({"name": "net1", "multus": {"networkName": "x"}});
     let bad: Vec<(&str, String, String, &str)> = vec![
-        ("VMI not JSON", xml.clone(), "{not json".into(), "not valid JSON"),
+        (
+            "VMI not JSON",
+            xml.clone(),
+            "{not json".into(),
+            "not valid JSON",
+        ),
         ("empty VMI", xml.clone(), String::new(), "the VMI is empty"),
-        ("XML unclosed", "<domain><devices>".into(), one.clone(), "unclosed element"),
-        ("XML mismatched", "<domain><devices></domain>".into(), one.clone(), "malformed XML"),
-        ("not a domain", "<network/>".into(), one.clone(), "not <domain>"),
+        (
+            "XML unclosed",
+            "<domain><devices>".into(),
+            one.clone(),
+            "unclosed element",
+        ),
+        (
+            "XML mismatched",
+            "<domain><devices></domain>".into(),
+            one.clone(),
+            "malformed XML",
+        ),
+        (
+            "not a domain",
+            "<network/>".into(),
+            one.clone(),
+            "not <domain>",
+        ),
         (
             "interface without a network",
             xml.clone(),
@@ -407,11 +422,18 @@ fn hook_api_as_virt_launcher() {
             .on_define_domain(x.as_bytes(), v.as_bytes())
             .expect_err(what);
         assert_eq!(e.code, INVALID_ARGUMENT, "{what}: {e}");
-        assert!(e.message.contains(needle), "{what}: {:?} lacks {needle:?}", e.message);
+        assert!(
+            e.message.contains(needle),
+            "{what}: {:?} lacks {needle:?}",
+            e.message
+        );
         println!("{what}: {}", e.message);
     }
     // Still serving, and answering as before.
-    assert_eq!(c.on_define_domain(xml.as_bytes(), one.as_bytes()).unwrap(), out1);
+    assert_eq!(
+        c.on_define_domain(xml.as_bytes(), one.as_bytes()).unwrap(),
+        out1
+    );
 
     // ---- Shutdown stops it and removes its socket ----
     c.shutdown().expect("Shutdown");
@@ -424,7 +446,11 @@ fn hook_api_as_virt_launcher() {
     let mut sc2 = Sidecar::start(run2.path(), &ni, 500);
     sc2.client().info().unwrap();
     let pid = sc2.child.as_ref().unwrap().id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
     let st = sc2.wait_exit();
     assert!(st.success(), "exit {st}:\n{}", sc2.log());
     assert!(!sc2.socket.exists(), "the socket is left:\n{}", sc2.log());
@@ -534,8 +560,7 @@ impl Pod {
             .name
             .clone();
         // What virt-controller writes into the pod's network-info.
-        let device_info: Value =
-            serde_json::from_slice(&std::fs::read(&devinfo).unwrap()).unwrap();
+        let device_info: Value = serde_json::from_slice(&std::fs::read(&devinfo).unwrap()).unwrap();
         let ni = dir.join("network-info");
         std::fs::write(
             &ni,
@@ -605,10 +630,10 @@ impl Guest {
             .replace('\r', "")
     }
 
-    /// Waits for the guest to power off; its results.
+    /// Waits for `virsh start` (it returns once QEMU runs: before that the
+    /// domain is `shut off` too), then for the guest to power off; its
+    /// results.
     fn finish(&mut self) -> std::collections::BTreeMap<String, String> {
-        self.domain
-            .wait_shut_off(GUEST_TIMEOUT, || self.console());
         if let Some(s) = self.starter.take() {
             let o = s.wait_with_output().unwrap();
             assert!(
@@ -618,6 +643,7 @@ impl Guest {
                 String::from_utf8_lossy(&o.stderr)
             );
         }
+        self.domain.wait_shut_off(GUEST_TIMEOUT, || self.console());
         let r = parse_results(&self.console());
         assert!(
             r.contains_key("done") && !r.contains_key("error"),
@@ -654,11 +680,18 @@ fn bootable_domain(run: &RunDir, name: &str, vcpus: u32, guest_ip: &str) -> Stri
 fn assert_guest(who: &str, r: &std::collections::BTreeMap<String, String>, queues: u32) {
     println!("{who}: {r:?}");
     assert_eq!(r["queues"], queues.to_string(), "{who}: queue pairs");
-    assert_eq!((r["ping_sent"].as_str(), r["ping_received"].as_str()), ("5", "5"), "{who}");
+    assert_eq!(
+        (r["ping_sent"].as_str(), r["ping_received"].as_str()),
+        ("5", "5"),
+        "{who}"
+    );
     let bytes = (u64::from(TX_MIB) << 20).to_string();
     assert_eq!(r["tcp_tx_bytes"], bytes, "{who}");
     assert_eq!(r["tcp_tx_peer_bytes"], bytes, "{who}");
-    assert_eq!(r["tcp_tx_peer_sha256"], r["tcp_tx_sha256"], "{who}: data changed");
+    assert_eq!(
+        r["tcp_tx_peer_sha256"], r["tcp_tx_sha256"],
+        "{who}: data changed"
+    );
 }
 
 #[test]
@@ -681,7 +714,10 @@ fn through_libvirt_to_real_guests() {
     sw.call(
         "POST",
         "/ports",
-        &format!(r#"{{"name":"up","kind":"af_packet","interface":"{}"}}"#, host.host()),
+        &format!(
+            r#"{{"name":"up","kind":"af_packet","interface":"{}"}}"#,
+            host.host()
+        ),
         201,
     );
     let mut sink = host.ns().spawn_python(
@@ -692,7 +728,10 @@ fn through_libvirt_to_real_guests() {
 
     // Two VMIs, each in its pod: 1 and 2 queue pairs.
     let pid = std::process::id();
-    let specs = [(1u32, "02:00:00:0b:00:01", "10.0.0.1"), (2, "02:00:00:0b:00:02", "10.0.0.2")];
+    let specs = [
+        (1u32, "02:00:00:0b:00:01", "10.0.0.1"),
+        (2, "02:00:00:0b:00:02", "10.0.0.2"),
+    ];
     let mut pods_up = Vec::new();
     let mut views = Vec::new();
     let mut guests = Vec::new();
@@ -711,11 +750,13 @@ fn through_libvirt_to_real_guests() {
             )
             .unwrap_or_else(|e| panic!("OnDefineDomain: {e}\n{}", pod.sidecar.log()));
         let xml = String::from_utf8(xml).unwrap();
-        let want = format!(
-            "<source type=\"unix\" path=\"/var/run/vhu/{ifname}/sock\" mode=\"server\"/>"
-        );
+        let want =
+            format!("<source type=\"unix\" path=\"/var/run/vhu/{ifname}/sock\" mode=\"server\"/>");
         assert!(xml.contains(&want), "{xml}");
-        assert!(xml.contains(&format!("<driver queues=\"{vcpus}\"")), "{xml}");
+        assert!(
+            xml.contains(&format!("<driver queues=\"{vcpus}\"")),
+            "{xml}"
+        );
         guests.push(Guest::boot(&run, &name, &xml));
         xmls.push(xml);
         pods_up.push(pod);

@@ -172,10 +172,12 @@ fn from_entry(e: &NetIface) -> Result<Option<SocketInfo>, String> {
     let role = match vu.mode.as_str() {
         "client" => VmRole::Server,
         "server" => VmRole::Client,
-        m => return Err(format!(
+        m => {
+            return Err(format!(
             "network-info: the vhost-user mode {m:?} of network {:?} is neither client nor server",
             e.network
-        )),
+        ))
+        }
     };
     Ok(Some(SocketInfo {
         path: vu.path,
