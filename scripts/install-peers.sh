@@ -25,6 +25,8 @@
 #     runc, podman (CNI backend), catatonit, iptables, without starting their
 #     daemons; grpcio-tools (PyPI, pinned) in the same virtualenv, for the
 #     tests' CRI client.
+#   * libvirt 11 (libvirtd, virtlogd, virsh) from bookworm-backports, for the
+#     KubeVirt binding's tests; installed without starting its daemons.
 #
 # Only the package registries are needed. Every step is skipped when already
 # done, so a second run takes a few seconds and touches no network. Exits
@@ -329,6 +331,35 @@ else
 	[[ $(grpc_version) == "$grpc_tools_version" ]] || die "grpcio-tools is '$(grpc_version)' after install, want $grpc_tools_version"
 fi
 
+# ---- 8. libvirt from bookworm-backports ------------------------------------
+# The KubeVirt binding's tests define their domains through libvirt, as
+# KubeVirt does. libvirt 11 from backports drives the backports QEMU 10
+# (bookworm's 9.0 is untested with it). Each package is named with its suite
+# rather than `-t bookworm-backports`, which would also upgrade systemd and
+# more. The daemons are not started here: the tests start `virtlogd -d` and
+# `libvirtd -d` themselves (there may be no init system).
+libvirt_packages=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients libvirt0 libvirt-common libvirt-daemon-common libvirt-daemon-log)
+libvirt_min_major=11
+libvirt_major() {
+	local v
+	v=$(libvirtd --version 2>/dev/null | awk '{ print $NF }') || true
+	printf '%s\n' "${v%%.*}"
+}
+if installed "${libvirt_packages[@]}" && (($(libvirt_major || true) + 0 >= libvirt_min_major)); then
+	log "libvirt already installed: $(libvirtd --version)"
+else
+	if ! grep -Eqs "^[^#]*[[:space:]]$backports([[:space:]]|$)" /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; then
+		ensure_backports_source
+		apt_updated=0
+	fi
+	apt_update_once
+	log "apt-get install ${libvirt_packages[*]} (from $backports)"
+	apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${libvirt_packages[@]/%//$backports}" ||
+		die "apt-get install of libvirt from $backports failed"
+	hash -r
+	(($(libvirt_major) + 0 >= libvirt_min_major)) || die "libvirtd is '$(libvirtd --version)' after install, want >= $libvirt_min_major"
+fi
+
 log "all peers ready in $((SECONDS - start)) s:"
 log "  qemu:      $(command -v qemu-system-x86_64) ($(qemu-system-x86_64 --version | head -n1))"
 log "  testpmd:   $(command -v dpdk-testpmd)"
@@ -339,3 +370,4 @@ log "  kubernetes-validate: $venv_dir/bin/kubernetes-validate ($(kv_version))"
 log "  hugepages: $(</proc/sys/vm/nr_hugepages) x 2 MiB"
 log "  ovs-dpdk:  $ovs_vswitchd_dpdk ($("$ovs_vswitchd_dpdk" --version | head -n1))"
 log "  runtimes:  $(containerd --version) / $(podman --version) / grpcio-tools $(grpc_version)"
+log "  libvirt:   $(command -v libvirtd) ($(libvirtd --version))"

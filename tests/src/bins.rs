@@ -54,3 +54,18 @@ pub fn fmt_output(
          -----\n{stderr}----- end of {name} output -----"
     )
 }
+
+/// A workspace binary `name` of the release build: `$var` when set, else
+/// `target/release/<name>`.
+///
+/// # Panics
+///
+/// If neither exists (the message says how to build it).
+pub fn release_bin(name: &str, var: &str) -> PathBuf {
+    from_env(var).unwrap_or_else(|| {
+        let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/release")
+            .join(name);
+        built_example(name, &[built], "cargo build --release --workspace", var)
+    })
+}
