@@ -46,7 +46,7 @@ const CUSTOM: &[&str] = &[
 /// workspace: their flags cannot be checked here. Once a program is a
 /// workspace binary this test fails until it is removed from the list (and
 /// so checked).
-const PENDING: &[&str] = &["vhu-device-plugin", "vhu-kubevirt-binding"];
+const PENDING: &[&str] = &[];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
