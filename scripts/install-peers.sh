@@ -68,6 +68,26 @@ apt_update_once() {
 	apt_updated=1
 }
 
+# apt-get install ARGS... with no daemon started by the packages: a
+# policy-rc.d answering 101 stops invoke-rc.d for the install (an existing
+# policy is left alone).
+install_without_daemons() {
+	local policy=/usr/sbin/policy-rc.d own=0 rc=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\n# vhu install-peers.sh: no daemon starts while it installs.\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+		own=1
+		trap "rm -f '$policy'" EXIT
+	fi
+	log "apt-get install $* (daemons not started)"
+	apt-get "${apt_opts[@]}" install -y -q "$@" || rc=$?
+	if ((own)); then
+		rm -f "$policy"
+		trap - EXIT
+	fi
+	return "$rc"
+}
+
 # True when every named package is installed.
 installed() {
 	local p status
@@ -269,22 +289,7 @@ if installed "${ovs_packages[@]}" && [[ -x $ovs_vswitchd_dpdk ]]; then
 	log "Open vSwitch with DPDK already installed: $ovs_vswitchd_dpdk"
 else
 	apt_update_once
-	policy=/usr/sbin/policy-rc.d
-	own_policy=0
-	if [[ ! -e $policy ]]; then
-		printf '#!/bin/sh\n# vhu install-peers.sh: no daemon starts while it installs.\nexit 101\n' >"$policy"
-		chmod 755 "$policy"
-		own_policy=1
-		trap 'rm -f "$policy"' EXIT
-	fi
-	log "apt-get install ${ovs_packages[*]} (daemons not started)"
-	rc=0
-	apt-get "${apt_opts[@]}" install -y -q "${ovs_packages[@]}" || rc=$?
-	if ((own_policy)); then
-		rm -f "$policy"
-		trap - EXIT
-	fi
-	((rc == 0)) || die "apt-get install ${ovs_packages[*]} failed"
+	install_without_daemons "${ovs_packages[@]}" || die "apt-get install ${ovs_packages[*]} failed"
 	[[ -x $ovs_vswitchd_dpdk ]] || die "$ovs_vswitchd_dpdk missing after installing ${ovs_packages[*]}"
 fi
 
@@ -302,22 +307,8 @@ if installed "${runtime_packages[@]}"; then
 	log "container runtimes already installed: ${runtime_packages[*]}"
 else
 	apt_update_once
-	policy=/usr/sbin/policy-rc.d
-	own_policy=0
-	if [[ ! -e $policy ]]; then
-		printf '#!/bin/sh\n# vhu install-peers.sh: no daemon starts while it installs.\nexit 101\n' >"$policy"
-		chmod 755 "$policy"
-		own_policy=1
-		trap 'rm -f "$policy"' EXIT
-	fi
-	log "apt-get install ${runtime_packages[*]} (daemons not started)"
-	rc=0
-	apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${runtime_packages[@]}" || rc=$?
-	if ((own_policy)); then
-		rm -f "$policy"
-		trap - EXIT
-	fi
-	((rc == 0)) || die "apt-get install ${runtime_packages[*]} failed"
+	install_without_daemons --no-install-recommends "${runtime_packages[@]}" ||
+		die "apt-get install ${runtime_packages[*]} failed"
 fi
 grpc_version() {
 	"$venv_dir/bin/python" -c 'import importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null || true
