@@ -28,7 +28,9 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
-use vhu_api::{FdbAdd, FdbEntryView, MacAddr, PortKind, PortSpec, PortState, PortStats, PortView};
+use vhu_api::{
+    FdbAdd, FdbEntryView, MacAddr, PortKind, PortSpec, PortState, PortStats, PortView, QueueStats,
+};
 use vhu_switch::api::http::{read_request, Request};
 use vhu_switch::api::routes::{
     handle, Control, Refusal, Reply, MAX_CAPTURE_COUNT, MAX_CAPTURE_SECONDS,
@@ -173,9 +175,14 @@ impl Control for Fake {
         Ok(())
     }
     fn port_stats(&self, name: &str) -> Option<PortStats> {
-        self.port(name).map(|_| PortStats {
-            port: name.into(),
-            ..PortStats::default()
+        let s = self.lock();
+        let p = s.ports.iter().find(|p| p.name == name)?;
+        // One (idle) queue pair per configured queue.
+        let queues = vec![QueueStats::default(); p.queues() as usize];
+        Some(PortStats {
+            port: p.name.clone(),
+            total: QueueStats::default(),
+            queues,
         })
     }
     fn fdb(&self) -> Vec<FdbEntryView> {
@@ -471,7 +478,16 @@ fn success(req: &Request, route: &str, status: u16, body: &[u8], before: &State,
                 "/ports/{}" => assert_eq!(json()["name"].as_str(), Some(name.as_str())),
                 "/fdb" => assert_eq!(json().as_array().map(Vec::len), Some(after.fdb.len())),
                 "/openapi.json" => assert_eq!(body, doc().json.as_bytes()),
-                "/live" | "/ready" | "/ports/{}/stats" => {
+                "/ports/{}/stats" => {
+                    let v = json();
+                    assert_eq!(v["port"].as_str(), Some(name.as_str()));
+                    let p = after.ports.iter().find(|p| p.name == name).expect("port");
+                    assert_eq!(
+                        v["queues"].as_array().map(Vec::len),
+                        Some(p.queues() as usize)
+                    );
+                }
+                "/live" | "/ready" => {
                     json();
                 }
                 _ => {}

@@ -462,13 +462,14 @@ fn reference_headers(f: &[u8]) -> Result<Headers, HeadersError> {
         }
         _ => return Err(E::Protocol),
     };
+    // (Fields in the order the parse found them.)
     Ok(Headers {
         l3,
-        ipv4,
         l4,
+        payload,
+        ipv4,
         proto,
         proto_offset,
-        payload,
     })
 }
 
