@@ -8,8 +8,17 @@
 //!   is checked for exact agreement (guest memory byte for byte, counters,
 //!   frames, return values).
 //! - [`net_hdr`]: `VirtioNetHdr` wire round trips.
+//! - [`wire`]: the wire views, `L2Head`/`parse_headers` and the software
+//!   offloads (checksum completion, segmentation, `lend_within`) on
+//!   arbitrary frames and headers, against an independent reference.
+//! - [`http`]: the control API's request reader and handlers on raw HTTP
+//!   bytes, against an in-memory switch and the OpenAPI document.
+//! - [`cni`]: the CNI plugin's configuration and environment parsing.
 #![deny(missing_docs)]
 
+pub mod cni;
+pub mod http;
 pub mod input;
 pub mod net_hdr;
 pub mod rings;
+pub mod wire;

@@ -111,3 +111,119 @@ fn replay_net_hdr() {
         assert!(vhu_fuzz::net_hdr::run(&b), "{} rejected", p.display());
     }
 }
+
+/// Writes (`VHU_WRITE_SEEDS`) or compares the generated seeds of a target.
+fn generated(target: &str, seeds: &[(String, Vec<u8>)]) {
+    let write = std::env::var_os("VHU_WRITE_SEEDS").is_some();
+    if write {
+        fs::create_dir_all(dir(target)).expect("seed directory");
+    }
+    for (name, bytes) in seeds {
+        let p = dir(target).join(name);
+        if write {
+            fs::write(&p, bytes).expect("write seed");
+        } else {
+            let on_disk = fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert_eq!(
+                &on_disk,
+                bytes,
+                "{} is stale: regenerate the seeds",
+                p.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn wire_seeds() {
+    use vhost_net_backend::io::offload::OffloadError;
+    use vhost_net_backend::wire::HeadersError;
+    let seeds = vhu_fuzz::wire::seeds();
+    generated("wire", &seeds);
+    // What each generated seed must do: (parse_headers ok or its error,
+    // segments, frames lent).
+    type Want = (
+        &'static str,
+        Result<(), HeadersError>,
+        Result<usize, OffloadError>,
+        Result<usize, OffloadError>,
+    );
+    let want: &[Want] = &[
+        ("tso4-3x1000", Ok(()), Ok(3), Ok(3)),
+        ("tso4-lent-as-is", Ok(()), Ok(3), Ok(1)),
+        ("tso6-vlan-3x700", Ok(()), Ok(3), Ok(3)),
+        ("uso4-4x800", Ok(()), Ok(4), Ok(4)),
+        ("ufo4-3x1480", Ok(()), Ok(3), Ok(3)),
+        ("ufo6-ext-2x1448", Ok(()), Ok(2), Ok(2)),
+        ("ufo4-qinq-one", Ok(()), Ok(1), Ok(1)),
+        (
+            "tso4-small-scratch",
+            Ok(()),
+            Err(OffloadError::TooLarge),
+            Err(OffloadError::TooLarge),
+        ),
+        ("csum-udp", Ok(()), Ok(1), Ok(1)),
+        (
+            "csum-offset-outside",
+            Ok(()),
+            Err(OffloadError::ChecksumOffset),
+            Err(OffloadError::ChecksumOffset),
+        ),
+        ("plain", Ok(()), Ok(1), Ok(1)),
+        (
+            "bad-ihl",
+            Err(HeadersError::IpHeader),
+            Err(OffloadError::IpHeader),
+            Err(OffloadError::IpHeader),
+        ),
+        (
+            "gso-type-unknown",
+            Ok(()),
+            Err(OffloadError::GsoType(2)),
+            Err(OffloadError::GsoType(2)),
+        ),
+    ];
+    assert_eq!(seeds.len(), want.len());
+    for (name, h, s, l) in want {
+        let (_, b) = seeds.iter().find(|(n, _)| n == name).expect(name);
+        let o = vhu_fuzz::wire::outcome(b).expect(name);
+        assert_eq!(o.headers.map(|_| ()), *h, "{name}");
+        assert_eq!((o.segments, o.lent), (*s, *l), "{name}");
+    }
+    // And every file on disk (including regression inputs) passes.
+    for (p, b) in files("wire") {
+        assert!(vhu_fuzz::wire::run(&b), "{} rejected", p.display());
+    }
+}
+
+#[test]
+fn http_seeds() {
+    let seeds = vhu_fuzz::http::seeds();
+    let bytes: Vec<(String, Vec<u8>)> = seeds
+        .iter()
+        .map(|(n, b, _)| (n.clone(), b.clone()))
+        .collect();
+    generated("http", &bytes);
+    for (name, b, want) in &seeds {
+        assert_eq!(&vhu_fuzz::http::answers(b), want, "{name}");
+    }
+    for (p, b) in files("http") {
+        eprintln!("{}: {:?}", p.display(), vhu_fuzz::http::answers(&b));
+    }
+}
+
+#[test]
+fn cni_seeds() {
+    let seeds = vhu_fuzz::cni::seeds();
+    let bytes: Vec<(String, Vec<u8>)> = seeds
+        .iter()
+        .map(|(n, b, _)| (n.clone(), b.clone()))
+        .collect();
+    generated("cni", &bytes);
+    for (name, b, want) in &seeds {
+        assert_eq!(&vhu_fuzz::cni::outcome(b), want, "{name}");
+    }
+    for (p, b) in files("cni") {
+        eprintln!("{}: {:?}", p.display(), vhu_fuzz::cni::outcome(&b));
+    }
+}
