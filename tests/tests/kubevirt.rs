@@ -31,7 +31,10 @@
 //!   socket directory; its sidecar returns the same domain XML as the
 //!   source's, and that XML, started with the target pod's view of
 //!   `/var/run/vhu`, passes traffic through the target's port (its
-//!   counters move, the source's do not).
+//!   counters move, the source's do not). Last, a restart: `kill -9` of the
+//!   switch in the middle of a guest's 24 MiB TCP transfer and a restart on
+//!   its state: the guest keeps running (it booted once), the transfer
+//!   completes with the guest's sha256, the new process carries the rest.
 //!
 //! They need root and the peers (`scripts/install-peers.sh`); the libvirt
 //! test boots QEMU: run it under `flock /tmp/vhu-e2e.lock`.
@@ -462,6 +465,9 @@ fn hook_api_as_virt_launcher() {
 const HOST_IP: &str = "10.0.0.10";
 const SINK_PORT: u16 = 7001;
 const TX_MIB: u32 = 4;
+/// What the guest sends across the switch's restart: long enough (several
+/// seconds under TCG) for the kill to land in the middle.
+const RESTART_MIB: u32 = 24;
 const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `/var/run/vhu/<ifname>` on the host, standing for a pod's mount of its
@@ -658,9 +664,20 @@ impl Guest {
 /// The bootable KubeVirt-shaped domain for `name`, with the test's kernel
 /// and initramfs spliced in.
 fn bootable_domain(run: &RunDir, name: &str, vcpus: u32, guest_ip: &str) -> String {
+    bootable_domain_sending(run, name, vcpus, guest_ip, TX_MIB)
+}
+
+/// [`bootable_domain`], the guest sending `mib` MiB over TCP.
+fn bootable_domain_sending(
+    run: &RunDir,
+    name: &str,
+    vcpus: u32,
+    guest_ip: &str,
+    mib: u32,
+) -> String {
     let cmdline = format!(
         "console=ttyS0 quiet panic=-1 vhu.test=net vhu.ip={guest_ip}/24 vhu.peer={HOST_IP} \
-         vhu.pings=5 vhu.size=1000 vhu.tx_port={SINK_PORT} vhu.tx_mib={TX_MIB} vhu.ipv6=0 vhu.timeout=150"
+         vhu.pings=5 vhu.size=1000 vhu.tx_port={SINK_PORT} vhu.tx_mib={mib} vhu.ipv6=0 vhu.timeout=150"
     );
     fixture("domain-libvirt.xml")
         .replace("@NAME@", name)
@@ -678,6 +695,16 @@ fn bootable_domain(run: &RunDir, name: &str, vcpus: u32, guest_ip: &str) -> Stri
 /// The guest's checks: its driver's queue pairs, every ping answered, the
 /// sink's sha256 of the TCP transfer equal to the guest's.
 fn assert_guest(who: &str, r: &std::collections::BTreeMap<String, String>, queues: u32) {
+    assert_guest_sent(who, r, queues, TX_MIB);
+}
+
+/// [`assert_guest`] for a guest that sent `mib` MiB.
+fn assert_guest_sent(
+    who: &str,
+    r: &std::collections::BTreeMap<String, String>,
+    queues: u32,
+    mib: u32,
+) {
     println!("{who}: {r:?}");
     assert_eq!(r["queues"], queues.to_string(), "{who}: queue pairs");
     assert_eq!(
@@ -685,7 +712,7 @@ fn assert_guest(who: &str, r: &std::collections::BTreeMap<String, String>, queue
         ("5", "5"),
         "{who}"
     );
-    let bytes = (u64::from(TX_MIB) << 20).to_string();
+    let bytes = (u64::from(mib) << 20).to_string();
     assert_eq!(r["tcp_tx_bytes"], bytes, "{who}");
     assert_eq!(r["tcp_tx_peer_bytes"], bytes, "{who}");
     assert_eq!(
@@ -710,7 +737,7 @@ fn through_libvirt_to_real_guests() {
     let host = VethPair::new();
     host.set_host_ipv6(false).expect("IPv6 off on the host end");
     host.set_peer_addr(&format!("{HOST_IP}/24"));
-    let sw = SwitchProc::start(&run, "", &[]);
+    let mut sw = SwitchProc::start(&run, "", &[]);
     sw.call(
         "POST",
         "/ports",
@@ -804,5 +831,51 @@ fn through_libvirt_to_real_guests() {
         "the source's port"
     );
     drop(moved);
+
+    // ---- Restart: kill -9 of the switch under a guest's TCP transfer ----
+    // The switch is the client of QEMU's socket: restarted on its state, it
+    // reconnects; the guest keeps running (it boots once), its transfer
+    // resumes and completes intact.
+    let ifname = format!("kv3-{pid}");
+    let pod = Pod::new(&sw, &pods, &format!("rst-{pid}"), &ifname, 1);
+    let _view = PodView::new(&ifname, &pod.host_dir);
+    let name = format!("vhu-kv3-{pid}");
+    let xml = pod
+        .sidecar
+        .client()
+        .on_define_domain(
+            bootable_domain_sending(&run, &name, 1, "10.0.0.3", RESTART_MIB).as_bytes(),
+            guest_vmi(&name, "02:00:00:0b:00:03", &ifname, 1).as_bytes(),
+        )
+        .unwrap();
+    let mut g = Guest::boot(&run, &name, &String::from_utf8(xml).unwrap());
+    // Under way: far more frames from the guest than its pings and ARP.
+    let t0 = Instant::now();
+    while sw.stats(&pod.port).total.tx_packets < 1000 {
+        assert!(
+            t0.elapsed() < GUEST_TIMEOUT,
+            "the guest's transfer never started:\n{}",
+            g.console()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = sw.stats(&pod.port).total;
+    sw.kill9();
+    sw.restart();
+    sw.wait_ready(Duration::from_secs(30));
+    let r = g.finish();
+    assert_guest_sent("guest across a switch restart", &r, 1, RESTART_MIB);
+    let boots = g.console().matches("VHU-RESULT cpus=").count();
+    assert_eq!(boots, 1, "the guest booted {boots} times:\n{}", g.console());
+    let after = sw.stats(&pod.port).total;
+    println!(
+        "restart under traffic: {} frames from the guest before, {} after",
+        before.tx_packets, after.tx_packets
+    );
+    assert!(
+        after.tx_packets > 100 && after.rx_packets > 100,
+        "the restarted switch carried the rest: {after:?}"
+    );
+    drop(g);
     sink.kill();
 }
