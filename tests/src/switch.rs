@@ -255,6 +255,16 @@ impl SwitchProc {
         }
     }
 
+    /// `POST /ports` of an AF_PACKET uplink `name` on `ifname` (201).
+    ///
+    /// # Panics
+    ///
+    /// If the switch refuses it.
+    pub fn add_af_packet(&self, name: &str, ifname: &str) {
+        let body = format!(r#"{{"name":"{name}","kind":"af_packet","interface":"{ifname}"}}"#);
+        self.call("POST", "/ports", &body, 201);
+    }
+
     /// `GET /ports/{port}/stats`.
     pub fn stats(&self, port: &str) -> PortStats {
         self.get(&format!("/ports/{port}/stats"))

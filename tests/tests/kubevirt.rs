@@ -738,15 +738,7 @@ fn through_libvirt_to_real_guests() {
     host.set_host_ipv6(false).expect("IPv6 off on the host end");
     host.set_peer_addr(&format!("{HOST_IP}/24"));
     let mut sw = SwitchProc::start(&run, "", &[]);
-    sw.call(
-        "POST",
-        "/ports",
-        &format!(
-            r#"{{"name":"up","kind":"af_packet","interface":"{}"}}"#,
-            host.host()
-        ),
-        201,
-    );
+    sw.add_af_packet("up", host.host());
     let mut sink = host.ns().spawn_python(
         peers::GUEST_PEER,
         &[HOST_IP, "0", &SINK_PORT.to_string(), "10.0.0.1", "0", "0"],

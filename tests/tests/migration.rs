@@ -312,15 +312,7 @@ fn migrate_twice(packed: bool) {
     let mut sw = SwitchProc::start(&run, "", &[]);
     let host = VethPair::new();
     host.set_peer_addr(&format!("{HOST_IP}/24"));
-    sw.call(
-        "POST",
-        "/ports",
-        &format!(
-            r#"{{"name":"up","kind":"af_packet","interface":"{}"}}"#,
-            host.host()
-        ),
-        201,
-    );
+    sw.add_af_packet("up", host.host());
     let ns = host.ns();
 
     let mut a = start_vm(&run, &sw, "a", false, packed);
