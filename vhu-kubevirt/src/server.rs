@@ -6,7 +6,10 @@
 //! `Shutdown` hook points (priority 0). `OnDefineDomain` runs
 //! [`domain::mutate`](crate::domain::mutate); `PreCloudInitIso` returns its
 //! input; `Shutdown` (virt-launcher calls it as the VM stops) and SIGTERM or
-//! SIGINT stop the server, which then removes its socket.
+//! SIGINT stop the server, which then removes its socket. Stopping is
+//! graceful for at most [`GRACE`]: a client that keeps its connection open
+//! without answering the server's GOAWAY (or its PING) does not hold the
+//! sidecar up.
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -31,6 +34,9 @@ pub const HOOK_NAME: &str = "vhu-kubevirt-binding";
 
 /// The Callbacks version served.
 pub const VERSION: &str = "v1alpha3";
+
+/// How long a stopping server waits for open connections to finish.
+pub const GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where virt-launcher looks for hook sockets (the sidecar's mount of the
 /// shared `hook-sidecar-sockets` emptyDir).
@@ -158,18 +164,36 @@ pub async fn serve(cfg: Config) -> Result<(), Box<dyn std::error::Error>> {
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         tokio::select! {
             _ = stop.notified() => {}
             _ = term.recv() => eprintln!("vhu-kubevirt-binding: SIGTERM"),
             _ = int.recv() => eprintln!("vhu-kubevirt-binding: SIGINT"),
         }
+        let _ = stopping_tx.send(());
     };
-    let result = tonic::transport::Server::builder()
+    let serve = tonic::transport::Server::builder()
         .add_service(InfoServer::new(Arc::clone(&hooks)))
         .add_service(CallbacksServer::new(hooks))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-        .await;
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
+    // The graceful stop waits for every connection to close; bound it.
+    let grace_over = async move {
+        if stopping.await.is_ok() {
+            tokio::time::sleep(GRACE).await;
+            eprintln!(
+                "vhu-kubevirt-binding: connections still open {} ms after the stop: closing them",
+                GRACE.as_millis()
+            );
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let result = tokio::select! {
+        biased;
+        r = serve => r,
+        () = grace_over => Ok(()),
+    };
     let removed = std::fs::remove_file(&cfg.socket);
     result?;
     removed?;
