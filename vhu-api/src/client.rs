@@ -190,9 +190,27 @@ mod tests {
     fn serve_once(answer: &'static [u8]) -> (UnixStream, thread::JoinHandle<Vec<u8>>) {
         let (a, mut b) = UnixStream::pair().unwrap();
         let t = thread::spawn(move || {
-            let mut got = vec![0u8; 4096];
-            let n = b.read(&mut got).unwrap();
-            got.truncate(n);
+            // The whole request: its head and Content-Length bytes of body,
+            // however many reads the client's writes take to arrive.
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = b.read(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len: usize = text[..end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    if got.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
             b.write_all(answer).unwrap();
             got
         });

@@ -264,6 +264,10 @@ pub fn percent_decode(s: &str) -> Option<String> {
     while i < b.len() {
         if b[i] == b'%' {
             let hex = b.get(i + 1..i + 3)?;
+            // Two hex digits exactly (`from_str_radix` alone takes `+1`).
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
             let hex = std::str::from_utf8(hex).ok()?;
             out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
@@ -368,6 +372,14 @@ mod tests {
 
     fn status(raw: &[u8]) -> u16 {
         read(raw).unwrap_err().expect("an answer").status
+    }
+
+    #[test]
+    fn percent_decode_takes_two_hex_digits_exactly() {
+        assert_eq!(percent_decode("a%2Fb%41").as_deref(), Some("a/bA"));
+        for bad in ["%+1", "%-1", "% 1", "%1", "%", "%zz", "%C3%28"] {
+            assert_eq!(percent_decode(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
