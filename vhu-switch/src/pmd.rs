@@ -419,7 +419,7 @@ impl Pmd {
                 self.apply_commands();
             }
             let moved = self.round();
-            if moved == 0 || self.rounds % CLOCK_EVERY == 0 {
+            if moved == 0 || self.rounds.is_multiple_of(CLOCK_EVERY) {
                 self.tick();
             }
             let Self {
@@ -565,7 +565,7 @@ impl Pmd {
             moved += self.burst_from(i, now);
         }
         self.rounds = self.rounds.wrapping_add(1);
-        if moved == 0 || self.rounds % RX_SYNC_EVERY == 0 {
+        if moved == 0 || self.rounds.is_multiple_of(RX_SYNC_EVERY) {
             self.sync_rx();
         }
         moved

@@ -63,7 +63,7 @@ impl DirtyLog {
         if size == 0 || size > MAX_LOG_SIZE {
             return Err(invalid("log size is 0 or above 1 GiB"));
         }
-        if offset % crate::sys::mmap::page_size() as u64 != 0 {
+        if !offset.is_multiple_of(crate::sys::mmap::page_size() as u64) {
             return Err(invalid("log offset is not page-aligned"));
         }
         let file_len = file.metadata()?.len();

@@ -367,7 +367,7 @@ unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
 /// snapshot outlives the call).
 #[inline(always)]
 unsafe fn read_desc_words(p: usize) -> (u64, u64) {
-    let (lo, hi) = if p % 8 == 0 {
+    let (lo, hi) = if p.is_multiple_of(8) {
         // SAFETY: readable per the contract; 8-aligned.
         unsafe {
             (

@@ -326,7 +326,7 @@ impl PackedRing {
                 || !first
                 || d.flags & DESC_F_NEXT != 0
                 || d.len == 0
-                || d.len % 16 != 0
+                || !d.len.is_multiple_of(16)
                 || d.len / 16 > 32768
             {
                 return Err(DropReason::BadDescriptor);

@@ -387,7 +387,7 @@ impl SplitRing {
                     || !self.indirect
                     || d.flags & DESC_F_NEXT != 0
                     || d.len == 0
-                    || d.len % 16 != 0
+                    || !d.len.is_multiple_of(16)
                     || d.len / 16 > u32::from(u16::MAX)
                 {
                     return Err(DropReason::BadDescriptor);

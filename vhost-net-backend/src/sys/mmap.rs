@@ -96,7 +96,7 @@ impl Mmap {
     #[allow(clippy::cast_ptr_alignment)] // 4-byte alignment checked here
     fn word(&self, off: usize) -> *mut u32 {
         assert!(
-            off % 4 == 0 && self.contains(off, 4),
+            off.is_multiple_of(4) && self.contains(off, 4),
             "word {off:#x} outside the mapping"
         );
         // SAFETY: `off + 4 <= len` (checked), so the result stays inside
@@ -122,7 +122,7 @@ impl Mmap {
     #[inline]
     #[allow(clippy::cast_ptr_alignment)] // 8-byte alignment checked here
     pub(crate) fn atomic_u64(&self, off: usize) -> Option<&AtomicU64> {
-        if off % 8 != 0 || !self.contains(off, 8) {
+        if !off.is_multiple_of(8) || !self.contains(off, 8) {
             return None;
         }
         // SAFETY: `off + 8 <= len` (checked) keeps the word inside the

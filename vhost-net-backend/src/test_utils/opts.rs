@@ -92,10 +92,10 @@ impl DriverOpts {
         if self.queue_size == 0 || !self.queue_size.is_power_of_two() || self.queue_size > 32768 {
             return bad("queue_size must be a power of two in 1..=32768");
         }
-        if self.mem_size == 0 || self.mem_size % (2 * PAGE) != 0 {
+        if self.mem_size == 0 || !self.mem_size.is_multiple_of(2 * PAGE) {
             return bad("mem_size must be a nonzero multiple of 8 KiB");
         }
-        if self.gpa_base % PAGE != 0 {
+        if !self.gpa_base.is_multiple_of(PAGE) {
             return bad("gpa_base must be page aligned");
         }
         Ok(())

@@ -79,7 +79,7 @@ impl Umem {
     #[inline]
     pub(super) fn frame_index(&self, base: u64) -> Option<u32> {
         let fs = u64::from(self.frame_size);
-        if base % fs != 0 {
+        if !base.is_multiple_of(fs) {
             return None;
         }
         u32::try_from(base / fs).ok().filter(|&i| i < self.frames)
