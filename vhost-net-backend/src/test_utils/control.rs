@@ -24,6 +24,17 @@ pub(super) fn connect_socket(path: &Path) -> Result<UnixStream, DriverError> {
     }
 }
 
+/// The regions of `mem` as a memory table (`SET_MEM_TABLE`, `ADD_MEM_REG`).
+fn region_infos(mem: &GuestMemoryMmap) -> Result<Vec<VhostUserMemoryRegionInfo>, DriverError> {
+    mem.iter()
+        .map(VhostUserMemoryRegionInfo::from_guest_region)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| DriverError::Request {
+            request: "SET_MEM_TABLE",
+            source,
+        })
+}
+
 impl TestDriver {
     /// Connects to a backend listening on `path` (the backend is the server) and brings the
     /// device up. Retries for up to 2 s while the socket is missing or refuses connections.
@@ -229,15 +240,7 @@ impl TestDriver {
         let fe = &mut self.frontend;
         req("SET_FEATURES", fe.set_features(self.acked))?;
 
-        let regions = self
-            .mem
-            .iter()
-            .map(VhostUserMemoryRegionInfo::from_guest_region)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| DriverError::Request {
-                request: "SET_MEM_TABLE",
-                source,
-            })?;
+        let regions = region_infos(&self.mem)?;
         let slots = self
             .acked_proto
             .contains(VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS);
@@ -525,6 +528,18 @@ impl TestDriver {
     /// Whether [`TestDriver::get_vring_base`] stopped the vring (and it was not resumed).
     pub fn is_stopped(&self, vring: usize) -> bool {
         self.vrings.get(vring).is_some_and(|v| v.stopped)
+    }
+
+    /// Sends the memory table again (`SET_MEM_TABLE` with the same regions, fresh fds), as a
+    /// frontend does when guest memory is re-laid out; the rings keep running. With `REPLY_ACK`
+    /// negotiated it returns once the backend acknowledged the new table.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Request`] if the backend refuses it or the connection is gone.
+    pub fn resend_mem_table(&mut self) -> Result<(), DriverError> {
+        let regions = region_infos(&self.mem)?;
+        req("SET_MEM_TABLE", self.frontend.set_mem_table(&regions)).map(drop)
     }
 
     /// Closes the connection (the frontend and the raw socket handle) and unmaps guest memory.
