@@ -363,3 +363,133 @@ impl Drop for SwitchProc {
         }
     }
 }
+
+/// What a process holds: open file descriptors, resident and virtual
+/// memory (`/proc/PID/{fd,status}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    /// Open file descriptors.
+    pub fds: usize,
+    /// `VmRSS`, KiB.
+    pub rss_kb: u64,
+    /// `VmSize`, KiB.
+    pub vm_kb: u64,
+}
+
+impl Footprint {
+    /// The footprint of process `pid` now.
+    ///
+    /// # Panics
+    ///
+    /// If its `/proc` entries cannot be read.
+    pub fn of(pid: u32) -> Self {
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"))
+            .count();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+        let kb = |key: &str| -> u64 {
+            let line = status.lines().find(|l| l.starts_with(key));
+            let num = line.and_then(|l| l[key.len()..].split_whitespace().next());
+            num.and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+        };
+        Self {
+            fds,
+            rss_kb: kb("VmRSS:"),
+            vm_kb: kb("VmSize:"),
+        }
+    }
+
+    /// Asserts that `self`, read after `what`, holds exactly the fds of
+    /// `before` and at most `slack_kb` more (resident, virtual) memory.
+    ///
+    /// # Panics
+    ///
+    /// If it holds more.
+    pub fn assert_no_growth(&self, before: &Footprint, slack_kb: (u64, u64), what: &str) {
+        let grown = [
+            ("open fds", before.fds as u64, self.fds as u64, 0),
+            ("VmRSS (KiB)", before.rss_kb, self.rss_kb, slack_kb.0),
+            ("VmSize (KiB)", before.vm_kb, self.vm_kb, slack_kb.1),
+        ];
+        for (name, was, now, slack) in grown {
+            let ok = if slack == 0 {
+                now == was
+            } else {
+                now <= was + slack
+            };
+            assert!(
+                ok,
+                "{name} went from {was} to {now} over {what} (slack {slack})"
+            );
+        }
+    }
+}
+
+impl SwitchProc {
+    /// The switch's process id.
+    ///
+    /// # Panics
+    ///
+    /// If it does not run (stopped or killed).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// The switch's [`Footprint`] once its fd count has not changed for
+    /// `quiet` (connections being torn down are done).
+    ///
+    /// # Panics
+    ///
+    /// If it still changes after 20 s.
+    pub fn stable_footprint(&self, quiet: Duration) -> Footprint {
+        let t0 = Instant::now();
+        let mut last = Footprint::of(self.pid());
+        let mut since = Instant::now();
+        while since.elapsed() < quiet {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the switch's fd count keeps changing ({last:?})"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            let now = Footprint::of(self.pid());
+            if now.fds != last.fds {
+                since = Instant::now();
+            }
+            last = now;
+        }
+        last
+    }
+
+    /// `POST /fdb` of a static entry (201).
+    ///
+    /// # Panics
+    ///
+    /// If the switch refuses it.
+    pub fn add_static_mac(&self, mac: &str, port: &str, vlan: u16) {
+        let body = format!(r#"{{"mac":"{mac}","port":"{port}","vlan":{vlan}}}"#);
+        self.call("POST", "/fdb", &body, 201);
+    }
+
+    /// Waits until the log has at least `n` lines containing `needle`;
+    /// returns how many it has.
+    ///
+    /// # Panics
+    ///
+    /// If it has fewer after `timeout`.
+    pub fn wait_log_count(&self, needle: &str, n: usize, timeout: Duration) -> usize {
+        let t0 = Instant::now();
+        loop {
+            let have = self.log().lines().filter(|l| l.contains(needle)).count();
+            if have >= n {
+                return have;
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "the switch logged {have} of {n} lines with {needle:?} after {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
