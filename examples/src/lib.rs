@@ -120,6 +120,25 @@ pub fn print_cycles(c: &vhost_net_backend::LoopCycles) {
     );
 }
 
+/// From now on, each SIGUSR1 prints the `cycles` line of [`print_cycles`]
+/// for `c` as it stands (a snapshot: a benchmark signals at the start and
+/// the end of its window and takes the difference). A thread of its own
+/// waits for the signal; the data plane does nothing more.
+///
+/// # Errors
+/// The signal handler or the thread could not be set up.
+pub fn print_cycles_on_usr1(c: Arc<vhost_net_backend::LoopCycles>) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR1])?;
+    std::thread::Builder::new()
+        .name("cycles-report".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                print_cycles(&c);
+            }
+        })?;
+    Ok(())
+}
+
 /// Prints each queue pair's counters, on exit.
 pub fn print_queue_counters(qps: &[QueuePair]) {
     for qp in qps {

@@ -14,7 +14,13 @@
 //! ```
 //!
 //! `tx` counts frames the guest transmitted and echo dequeued, `rx` frames
-//! echo delivered into the guest's RX ring ([`QpCounters`]).
+//! echo delivered into the guest's RX ring ([`QpCounters`]). Then a line of
+//! where its data-plane thread's cycles went ([`CyclesLine`]), which SIGUSR1
+//! also prints at any time ([`Echo::report_cycles`]):
+//!
+//! ```text
+//! cycles busy=N idle=N frames=N busy_per_frame=X busy_fraction=Y
+//! ```
 //!
 //! # Locating it
 //!
@@ -38,6 +44,65 @@ pub const SOCKET_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long echo may take to exit after SIGTERM.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A `cycles busy=N idle=N frames=N ...` line: TSC cycles of the data-plane
+/// thread's rounds that moved frames, of those that found none, and the
+/// frames moved, since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CyclesLine {
+    /// Cycles in rounds that moved frames.
+    pub busy: u64,
+    /// Cycles in rounds that moved nothing (polling, not sleeping).
+    pub idle: u64,
+    /// Frames moved.
+    pub frames: u64,
+}
+
+impl CyclesLine {
+    /// Every such line of `stdout`, in order.
+    pub fn parse_all(stdout: &str) -> Vec<Self> {
+        stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("cycles "))
+            .filter_map(|rest| {
+                let mut c = Self::default();
+                let mut seen = 0;
+                for kv in rest.split_whitespace() {
+                    let (k, v) = kv.split_once('=')?;
+                    let slot = match k {
+                        "busy" => &mut c.busy,
+                        "idle" => &mut c.idle,
+                        "frames" => &mut c.frames,
+                        _ => continue,
+                    };
+                    *slot = v.parse().ok()?;
+                    seen += 1;
+                }
+                (seen == 3).then_some(c)
+            })
+            .collect()
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            busy: self.busy.saturating_sub(earlier.busy),
+            idle: self.idle.saturating_sub(earlier.idle),
+            frames: self.frames.saturating_sub(earlier.frames),
+        }
+    }
+
+    /// Busy cycles per frame moved.
+    pub fn busy_per_frame(&self) -> Option<f64> {
+        (self.frames > 0).then(|| self.busy as f64 / self.frames as f64)
+    }
+
+    /// Busy cycles over all polling cycles.
+    pub fn busy_fraction(&self) -> Option<f64> {
+        let t = self.busy + self.idle;
+        (t > 0).then(|| self.busy as f64 / t as f64)
+    }
+}
 
 /// One queue pair's counters, as printed by echo on exit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -298,6 +363,12 @@ impl Echo {
         self.child.id()
     }
 
+    /// Asks echo (SIGUSR1) to print its `cycles` line now; it appears in
+    /// [`EchoOutput::stdout`] before the one printed on exit.
+    pub fn report_cycles(&self) {
+        testpmd::signal(&self.child, libc::SIGUSR1);
+    }
+
     /// Whether echo is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -400,5 +471,20 @@ mod tests {
         assert!(parse_counters("qp=0 tx_packets=1\n").is_err());
         assert!(parse_counters("qp=0 tx_packets=x\n").is_err());
         assert!(parse_counters("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn parses_cycles_lines_and_their_difference() {
+        let out = "qp=0 tx_packets=1\n\
+                   cycles busy=100 idle=900 frames=10 busy_per_frame=10.0 busy_fraction=0.100\n\
+                   cycles busy=x idle=1 frames=1\n\
+                   cycles busy=1100 idle=1900 frames=110 busy_per_frame=10.0 busy_fraction=0.367\n";
+        let c = CyclesLine::parse_all(out);
+        assert_eq!(c.len(), 2, "{c:?}");
+        let w = c[1].since(&c[0]);
+        assert_eq!((w.busy, w.idle, w.frames), (1000, 1000, 100));
+        assert_eq!(w.busy_per_frame(), Some(10.0));
+        assert_eq!(w.busy_fraction(), Some(0.5));
+        assert_eq!(CyclesLine::default().busy_per_frame(), None);
     }
 }

@@ -1476,6 +1476,19 @@ impl Testpmd {
         parse_fwd_stats(&out)
     }
 
+    /// The forwarding core's cycle count since `start`, from `show fwd stats
+    /// all`, when testpmd runs with `--record-core-cycles`: testpmd 22.11
+    /// prints `CPU cycles/packet=X (total cycles=C / total RX packets=P) at
+    /// M MHz Clock`. What it counts (22.11's forwarding engines): the TSC
+    /// cycles of each forwarding call that received at least one packet,
+    /// from before its receive to after its transmit; calls that found
+    /// nothing and the loop between calls are not counted. `None` when the
+    /// line is absent.
+    pub fn core_cycles(&mut self) -> Option<CoreCycles> {
+        let out = self.command("show fwd stats all");
+        parse_core_cycles(&out)
+    }
+
     /// Polls `show port stats all` until the ports together received at
     /// least `rx_packets` frames; returns the last reading (summed).
     ///
@@ -1551,6 +1564,19 @@ impl Testpmd {
         window: Duration,
         peers: &[u32],
     ) -> Throughput {
+        self.measure_marked(warmup, window, peers, &mut |_| {})
+    }
+
+    /// [`Testpmd::measure_with_peers`], calling `mark(false)` just after the
+    /// window opens and `mark(true)` just before it closes (e.g. to read the
+    /// backends' cycle counters over the same window).
+    pub fn measure_marked(
+        &mut self,
+        warmup: Duration,
+        window: Duration,
+        peers: &[u32],
+        mark: &mut dyn FnMut(bool),
+    ) -> Throughput {
         let mut pids = vec![self.pid()];
         pids.extend_from_slice(peers);
         let ours = || pids.iter().map(|&p| process_ticks(p)).sum::<u64>();
@@ -1559,7 +1585,9 @@ impl Testpmd {
         let t0 = Instant::now();
         let (b0, s0, c0) = cpu_ticks();
         let p0 = ours();
-        std::thread::sleep(window);
+        mark(false);
+        std::thread::sleep(window.saturating_sub(t0.elapsed()));
+        mark(true);
         let b = self.total_stats();
         let elapsed = t0.elapsed();
         let (b1, s1, c1) = cpu_ticks();
@@ -1705,6 +1733,68 @@ pub fn start_vhost_backend(opts: &VhostBackendOpts) -> Testpmd {
     be
 }
 
+/// See [`Testpmd::core_cycles`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CoreCycles {
+    /// Cycles of forwarding calls that received packets.
+    pub cycles: u64,
+    /// Packets those calls received.
+    pub packets: u64,
+    /// The TSC rate testpmd assumed, in MHz.
+    pub mhz: u64,
+}
+
+impl CoreCycles {
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            cycles: self.cycles.saturating_sub(earlier.cycles),
+            packets: self.packets.saturating_sub(earlier.packets),
+            mhz: self.mhz,
+        }
+    }
+
+    /// Cycles per packet.
+    pub fn per_packet(&self) -> Option<f64> {
+        (self.packets > 0).then(|| self.cycles as f64 / self.packets as f64)
+    }
+
+    /// The counted cycles as a fraction of `window` of one core's time.
+    pub fn fraction_of(&self, window: Duration) -> Option<f64> {
+        let all = self.mhz as f64 * 1e6 * window.as_secs_f64();
+        (all > 0.0).then(|| self.cycles as f64 / all)
+    }
+}
+
+/// Parses the `CPU cycles/packet=` line of `show fwd stats all` (the last
+/// one: the accumulated totals).
+pub fn parse_core_cycles(out: &str) -> Option<CoreCycles> {
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("CPU cycles/packet="))?;
+    let num_after = |key: &str| -> Option<u64> {
+        let rest = &line[line.find(key)? + key.len()..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    };
+    let packets = {
+        let at = line.find(" packets=")?;
+        let rest = &line[at + " packets=".len()..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()?
+    };
+    Some(CoreCycles {
+        cycles: num_after("cycles=")?,
+        packets,
+        mhz: num_after(") at ")?,
+    })
+}
+
 /// Names of the known feature bits set in `bits` ([`crate::features`]), for
 /// reports.
 pub fn feature_names(bits: u64) -> Vec<&'static str> {
@@ -1737,6 +1827,29 @@ mod tests {
   ############################################################################
 "
         )
+    }
+
+    #[test]
+    fn parses_core_cycles() {
+        let out = "  ---------------------- Forward statistics for port 0  ----------------------\n\
+                   \n  CPU cycles/packet=212.37 (total cycles=2123700000 / total RX packets=10000000) at 2400 MHz Clock\n";
+        let c = parse_core_cycles(out).unwrap();
+        assert_eq!(
+            c,
+            CoreCycles {
+                cycles: 2_123_700_000,
+                packets: 10_000_000,
+                mhz: 2400
+            }
+        );
+        let w = c.since(&CoreCycles {
+            cycles: 123_700_000,
+            packets: 0,
+            mhz: 2400,
+        });
+        assert_eq!(w.per_packet(), Some(200.0));
+        assert_eq!(w.fraction_of(Duration::from_secs(1)), Some(2e9 / 2.4e9));
+        assert_eq!(parse_core_cycles("no such line"), None);
     }
 
     /// The output of `show port stats all` for two ports.

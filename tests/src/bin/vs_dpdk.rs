@@ -23,17 +23,31 @@
 //! run with more than 5 % foreign CPU load or 1 % steal time is repeated (up
 //! to 3 attempts) and marked `NOISY` if it stays so; the order of the
 //! backends alternates A B, B A (ABBA).
+//!
+//! Headroom (the frontend bounds the loop at small frames, so Mpps alone
+//! cannot say how much cheaper a backend is): each run also prints, over
+//! the same window, the backend's busy cycles per frame and the fraction of
+//! its core they take. Ours: echo's own accounting (SIGUSR1 snapshots at
+//! both ends of the window; TSC cycles of the polling rounds that moved
+//! frames, the whole round included). DPDK's: testpmd's
+//! `--record-core-cycles` (`show fwd stats all` at both ends; TSC cycles of
+//! the forwarding calls that received packets, receive to transmit, the
+//! loop between calls not included, so it reads a little low against
+//! ours). Where the machine has hardware counters (`perf stat -e
+//! instructions true` counts), `perf stat` of each backend process over the
+//! window adds cycles and instructions per frame; where it has none, the
+//! program says so.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use vhu_tests::bench;
-use vhu_tests::echo::Echo;
+use vhu_tests::echo::{CyclesLine, Echo};
 use vhu_tests::features::VIRTIO_USER_LOCAL_BITS;
 use vhu_tests::testpmd::{
-    self, hugepages_available, last_hex_after, start_vhost_backend, FrontendOpts, RunDir, Testpmd,
-    Throughput, VhostBackendOpts,
+    self, hugepages_available, last_hex_after, start_vhost_backend, CoreCycles, FrontendOpts,
+    RunDir, Testpmd, Throughput, VhostBackendOpts,
 };
 
 /// Foreign CPU load (fraction of the machine) above which a run is noisy.
@@ -125,6 +139,79 @@ enum Backend {
     Dpdk,
 }
 
+/// Where the backend's core went over the window.
+#[derive(Debug, Clone, Copy, Default)]
+struct Headroom {
+    /// Busy cycles per frame.
+    per_frame: f64,
+    /// Busy cycles over the window's cycles (ours: over its polling
+    /// cycles; DPDK's: over the TSC rate times the window).
+    fraction: f64,
+    /// `perf stat` cycles and instructions per frame, where counted.
+    perf: Option<(f64, f64)>,
+}
+
+/// Whether `perf stat` counts hardware events here (`perf stat -e
+/// instructions true`); the reason when it does not.
+fn perf_counters() -> Result<(), String> {
+    let out = std::process::Command::new("perf")
+        .args(["stat", "-x,", "-e", "instructions", "true"])
+        .output()
+        .map_err(|e| format!("perf: {e}"))?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    match err.lines().find(|l| l.contains("instructions")) {
+        Some(l)
+            if l.split(',')
+                .next()
+                .is_some_and(|v| v.trim().parse::<u64>().is_ok()) =>
+        {
+            Ok(())
+        }
+        Some(l) => Err(format!(
+            "`perf stat -e instructions true` says {:?}",
+            l.trim()
+        )),
+        None => Err(format!(
+            "`perf stat -e instructions true` printed {:?}",
+            err.trim()
+        )),
+    }
+}
+
+/// A `perf stat` of process `pid` counting cycles and instructions until
+/// [`perf_stop`].
+fn perf_start(pid: u32) -> Option<std::process::Child> {
+    std::process::Command::new("perf")
+        .args([
+            "stat",
+            "-x,",
+            "-e",
+            "cycles,instructions",
+            "-p",
+            &pid.to_string(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()
+}
+
+/// Stops a [`perf_start`]ed count: (cycles, instructions).
+fn perf_stop(p: std::process::Child) -> Option<(u64, u64)> {
+    // perf prints its counts when interrupted.
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &p.id().to_string()])
+        .status();
+    let out = p.wait_with_output().ok()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    let count = |event: &str| {
+        err.lines()
+            .find(|l| l.split(',').nth(2).is_some_and(|e| e.starts_with(event)))
+            .and_then(|l| l.split(',').next()?.trim().parse::<u64>().ok())
+    };
+    Some((count("cycles")?, count("instructions")?))
+}
+
 /// One run: start the backend, then the frontend, inject, measure, stop,
 /// and check the run's conditions (see the module doc).
 fn run(
@@ -134,7 +221,8 @@ fn run(
     packed: bool,
     in_order: Option<bool>,
     a: &Args,
-) -> Result<Throughput, String> {
+    perf: bool,
+) -> Result<(Throughput, Headroom), String> {
     let dir = RunDir::new("vsdpdk");
     let socket: PathBuf = dir.join("vhost.sock");
     let mut echo = None;
@@ -152,6 +240,7 @@ fn run(
         Backend::Dpdk => {
             let mut o = VhostBackendOpts::new(&socket);
             o.port.hugepages = huge;
+            o.port.extra_args.push("--record-core-cycles".into());
             dpdk = Some(start_vhost_backend(&o));
         }
     }
@@ -169,11 +258,30 @@ fn run(
         .map(|e| e.pid())
         .chain(dpdk.iter().map(|d| d.pid()))
         .collect();
-    let t = fe.measure_with_peers(a.warmup, a.window, &peers);
+    let backend_pid = peers[0];
+    let mut dpdk_cycles: Vec<Option<CoreCycles>> = Vec::new();
+    let mut perf_run = None;
+    let mut perf_counts = None;
+    let t = fe.measure_marked(a.warmup, a.window, &peers, &mut |end| {
+        if let Some(e) = &echo {
+            e.report_cycles();
+        }
+        if let Some(d) = dpdk.as_mut() {
+            dpdk_cycles.push(d.core_cycles());
+        }
+        if perf {
+            if end {
+                perf_counts = perf_run.take().and_then(perf_stop);
+            } else {
+                perf_run = perf_start(backend_pid);
+            }
+        }
+    });
     fe.stop();
     let fe_features = fe.negotiated_features();
     let (status, log) = fe.quit();
     let mut backend_features = None;
+    let mut head = Headroom::default();
     if let Some(e) = echo {
         let out = e.stop();
         if !out.status.success() {
@@ -188,6 +296,22 @@ fn run(
             last_hex_after(&out.stderr, &[ECHO_FEATURES_MARKER])
                 .ok_or_else(|| format!("echo did not log its acked features\n{out}"))?,
         );
+        // The window's two snapshots, then the line printed on exit.
+        let lines = CyclesLine::parse_all(&out.stdout);
+        let [start, end, _exit] = lines[..] else {
+            return Err(format!(
+                "echo printed {} cycles lines, not 3\n{out}",
+                lines.len()
+            ));
+        };
+        let w = end.since(&start);
+        head.per_frame = w
+            .busy_per_frame()
+            .ok_or_else(|| format!("echo moved no frame in the window\n{out}"))?;
+        head.fraction = w.busy_fraction().unwrap_or(0.0);
+        if let Some((cy, ins)) = perf_counts {
+            head.perf = Some((cy as f64 / w.frames as f64, ins as f64 / w.frames as f64));
+        }
     }
     if let Some(mut d) = dpdk {
         backend_features = d.negotiated_features();
@@ -200,6 +324,19 @@ fn run(
             "  DPDK vhost: dequeued {} delivered {} (port stats)",
             port.rx_packets, port.tx_packets
         );
+        let [Some(start), Some(end)] = dpdk_cycles[..] else {
+            return Err(format!(
+                "testpmd --record-core-cycles printed no `CPU cycles/packet` line at both ends of the window: {dpdk_cycles:?}\n{dlog}"
+            ));
+        };
+        let w = end.since(&start);
+        head.per_frame = w
+            .per_packet()
+            .ok_or_else(|| format!("DPDK's backend received no packet in the window\n{dlog}"))?;
+        head.fraction = w.fraction_of(a.window).unwrap_or(0.0);
+        if let Some((cy, ins)) = perf_counts {
+            head.perf = Some((cy as f64 / w.packets as f64, ins as f64 / w.packets as f64));
+        }
     }
     if !status.success() {
         return Err(format!("frontend exited with {status}\n{log}"));
@@ -217,11 +354,11 @@ fn run(
         ));
     }
     bench::check_frame_len(t.avg_frame_len(), size)?;
-    Ok(t)
+    Ok((t, head))
 }
 
 /// Why a run's figure is not trustworthy, if it is not.
-fn noise(t: &Throughput) -> Option<String> {
+fn noise((t, _): &(Throughput, Headroom)) -> Option<String> {
     (t.foreign > MAX_FOREIGN || t.steal > MAX_STEAL).then(|| {
         format!(
             "foreign cpu {:.1} % (max {:.0}), steal {:.1} % (max {:.0})",
@@ -251,6 +388,16 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let _ = testpmd::testpmd_bin();
+    let perf = match perf_counters() {
+        Ok(()) => {
+            println!("perf: hardware counters available: cycles and instructions per frame from `perf stat -p` of each backend over the window");
+            true
+        }
+        Err(why) => {
+            println!("perf: no hardware counters on this machine ({why}): no perf cycles or instructions per frame; busy cycles come from the backends' own TSC accounting");
+            false
+        }
+    };
     let mut summary = Vec::new();
     let mut noisy_runs = 0;
     for &huge in &a.huge {
@@ -258,14 +405,16 @@ fn main() -> ExitCode {
             for &in_order in &a.in_order {
                 for &size in &a.sizes {
                     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+                    let (mut ours_cy, mut theirs_cy) = (Vec::new(), Vec::new());
+                    let (mut ours_busy, mut theirs_busy) = (Vec::new(), Vec::new());
                     for rep in 0..a.reps {
                         for b in bench::abba(rep, Backend::Ours, Backend::Dpdk) {
                             let r = bench::quiet_run(
                                 ATTEMPTS,
-                                || run(b, size, huge, packed, in_order, &a),
+                                || run(b, size, huge, packed, in_order, &a, perf),
                                 noise,
                             );
-                            let (t, noisy) = match r {
+                            let ((t, head), noisy) = match r {
                                 Ok(r) => r,
                                 Err(e) => {
                                     eprintln!("vs-dpdk: {b:?} size {size} rep {rep}: {e}");
@@ -274,7 +423,8 @@ fn main() -> ExitCode {
                             };
                             println!(
                             "run huge={huge} ring={} in_order={} size={size} rep={rep} backend={b:?}: {:.2} Mpps \
-                             (host clock {:.2}, avg frame {:.1} B, foreign cpu {:.1} %, steal {:.1} %){}",
+                             (host clock {:.2}, avg frame {:.1} B, foreign cpu {:.1} %, steal {:.1} %), \
+                             busy {:.0} cycles/frame, {:.0} % of its core{}{}",
                             if packed { "packed" } else { "split" },
                             io_name(in_order),
                             t.mpps(),
@@ -282,14 +432,27 @@ fn main() -> ExitCode {
                             t.avg_frame_len(),
                             t.foreign * 100.0,
                             t.steal * 100.0,
+                            head.per_frame,
+                            head.fraction * 100.0,
+                            head.perf.map_or_else(String::new, |(c, i)| format!(
+                                ", perf {c:.0} cycles {i:.0} instructions/frame"
+                            )),
                             if noisy { " NOISY" } else { "" }
                         );
                             if noisy {
                                 noisy_runs += 1;
                             }
                             match b {
-                                Backend::Ours => ours.push(t.mpps()),
-                                Backend::Dpdk => theirs.push(t.mpps()),
+                                Backend::Ours => {
+                                    ours.push(t.mpps());
+                                    ours_cy.push(head.per_frame);
+                                    ours_busy.push(head.fraction);
+                                }
+                                Backend::Dpdk => {
+                                    theirs.push(t.mpps());
+                                    theirs_cy.push(head.per_frame);
+                                    theirs_busy.push(head.fraction);
+                                }
                             }
                         }
                     }
@@ -297,6 +460,20 @@ fn main() -> ExitCode {
                     ours.sort_by(f64::total_cmp);
                     theirs.sort_by(f64::total_cmp);
                     let (mo, md) = (bench::median(&ours), bench::median(&theirs));
+                    for v in [
+                        &mut ours_cy,
+                        &mut theirs_cy,
+                        &mut ours_busy,
+                        &mut theirs_busy,
+                    ] {
+                        v.sort_by(f64::total_cmp);
+                    }
+                    let headroom = [
+                        bench::median(&ours_cy),
+                        bench::median(&theirs_cy),
+                        bench::median(&ours_busy),
+                        bench::median(&theirs_busy),
+                    ];
                     summary.push((
                         huge,
                         packed,
@@ -306,21 +483,24 @@ fn main() -> ExitCode {
                         md,
                         ours.clone(),
                         theirs.clone(),
+                        headroom,
                     ));
                 }
             }
         }
     }
     println!();
-    println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | runs ours | runs DPDK |");
-    println!("|---|---|---|---:|---:|---:|---:|---|---|");
-    for (huge, packed, in_order, size, mo, md, o, d) in summary {
+    println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | busy cycles/frame ours / DPDK | busy share of the core ours / DPDK | runs ours | runs DPDK |");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---|---|");
+    for (huge, packed, in_order, size, mo, md, o, d, [oc, dc, ob, db]) in summary {
         println!(
-            "| {} | {} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {oc:.0} / {dc:.0} | {:.0} % / {:.0} % | {} | {} |",
             if huge { "yes" } else { "no" },
             if packed { "packed" } else { "split" },
             io_name(in_order),
             mo / md,
+            ob * 100.0,
+            db * 100.0,
             bench::runs(&o, 2),
             bench::runs(&d, 2)
         );
