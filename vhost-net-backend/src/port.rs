@@ -626,7 +626,10 @@ fn send_rarp(
     let accepted = match handler {
         Some(h) => h(mac),
         None => {
-            tracing::debug!("port {}: SEND_RARP {shown}: no announce handler", inner.name);
+            tracing::debug!(
+                "port {}: SEND_RARP {shown}: no announce handler",
+                inner.name
+            );
             true
         }
     };

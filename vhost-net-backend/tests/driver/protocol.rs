@@ -438,7 +438,11 @@ fn send_rarp_reaches_the_announce_handler_and_is_acked() {
     assert!(drv.protocol_features().contains(P::RARP));
     traffic_flows(&mut drv, 1, 0, &mut tally);
     assert_eq!(send_rarp(&drv, VM).unwrap(), 0, "SEND_RARP not acked");
-    assert_eq!(send_rarp(&drv, LOCKED).unwrap(), 1, "a refusal acked as success");
+    assert_eq!(
+        send_rarp(&drv, LOCKED).unwrap(),
+        1,
+        "a refusal acked as success"
+    );
     assert_eq!(*seen.lock().unwrap(), vec![VM, LOCKED]);
     // The connection goes on.
     traffic_flows(&mut drv, 1, 1, &mut tally);
@@ -457,9 +461,20 @@ fn send_rarp_reaches_the_announce_handler_and_is_acked() {
     let mut drv = echo.connect(opts);
     assert!(!drv.protocol_features().contains(P::RARP));
     traffic_flows(&mut drv, 1, 2, &mut tally);
-    assert_eq!(send_rarp(&drv, VM).unwrap(), 1, "SEND_RARP without RARP acked");
-    assert!(drv.wait_backend_hangup(TIMEOUT), "the connection stayed open");
-    assert_eq!(seen.lock().unwrap().len(), 2, "announced without RARP acked");
+    assert_eq!(
+        send_rarp(&drv, VM).unwrap(),
+        1,
+        "SEND_RARP without RARP acked"
+    );
+    assert!(
+        drv.wait_backend_hangup(TIMEOUT),
+        "the connection stayed open"
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        2,
+        "announced without RARP acked"
+    );
     drop(drv);
     let c = echo.stop();
     assert_clean_counts(&c[0], tally[0], "send rarp");
