@@ -35,6 +35,14 @@
 //!    received on the target too. The switch logged that it took the dirty
 //!    log (`SET_LOG_BASE`) both times.
 //!
+//! `guest_without_announce_is_announced_by_the_switch`: the guest
+//! (`guest_announce=off`) migrates a to b idle; QEMU sends `SEND_RARP`: the
+//! FDB has the MAC on b before the guest sent anything there, the host
+//! captures exactly one RARP announce per QEMU announce round (byte for
+//! byte), and `vhu_port_announces_total` of b is the number of rounds. The
+//! GUEST_ANNOUNCE runs assert that no `SEND_RARP` came; all three report
+//! the time from the target running to the first uplink frame into it.
+//!
 //! The test can fail: run with `VHU_DEBUG_NO_DIRTY_LOG=1` in the
 //! environment, the switch accepts the log but never marks a page, and the
 //! consistency check finds corrupted datagrams (see `docs/migration.md`).
@@ -224,6 +232,23 @@ fn start_vm(
     }
 }
 
+/// The switch, the namespace host on its uplink, and the source QEMU `a`
+/// booted, its guest known on port `a` (it pinged the host).
+fn source(run: &RunDir, packed: bool, guest_announce: bool) -> (SwitchProc, VethPair, Vm) {
+    let sw = SwitchProc::start(run, "", &[]);
+    let host = VethPair::new();
+    host.set_peer_addr(&format!("{HOST_IP}/24"));
+    sw.add_af_packet("up", host.host());
+    let mut a = start_vm(run, &sw, "a", false, packed, guest_announce);
+    a.guest.wait_agent(BOOT);
+    let out = a
+        .guest
+        .exec(&format!("ping -c 3 -i 0.2 -W 5 {HOST_IP}"), CMD);
+    assert!(out.contains("3 packets received"), "{out}");
+    wait_fdb(&sw, "a");
+    (sw, host, a)
+}
+
 /// Migrates `from` to `to` and returns QMP's `query-migrate` at completion
 /// and when the target was first seen running.
 fn migrate(from: &mut Vm, to: &mut Vm) -> (serde_json::Value, Instant) {
@@ -352,19 +377,8 @@ fn migrate_twice(packed: bool) {
     } else {
         "migrate-split"
     });
-    let mut sw = SwitchProc::start(&run, "", &[]);
-    let host = VethPair::new();
-    host.set_peer_addr(&format!("{HOST_IP}/24"));
-    sw.add_af_packet("up", host.host());
+    let (mut sw, host, mut a) = source(&run, packed, true);
     let ns = host.ns();
-
-    let mut a = start_vm(&run, &sw, "a", false, packed, true);
-    a.guest.wait_agent(BOOT);
-    let out = a
-        .guest
-        .exec(&format!("ping -c 3 -i 0.2 -W 5 {HOST_IP}"), CMD);
-    assert!(out.contains("3 packets received"), "{out}");
-    wait_fdb(&sw, "a");
 
     // ===== 1: a -> b under a 100/s ping stream =====
     let mut b = start_vm(&run, &sw, "b", true, packed, true);
@@ -516,19 +530,8 @@ fn no_ports(g: &mut GuestHandle) -> u64 {
 #[ignore = "needs root, QEMU and the e2e lock: VHU_E2E=1 ... --include-ignored"]
 fn guest_without_announce_is_announced_by_the_switch() {
     let run = RunDir::new("migrate-rarp");
-    let mut sw = SwitchProc::start(&run, "", &[]);
-    let host = VethPair::new();
-    host.set_peer_addr(&format!("{HOST_IP}/24"));
-    sw.add_af_packet("up", host.host());
+    let (mut sw, host, mut a) = source(&run, false, false);
     let ns = host.ns();
-
-    let mut a = start_vm(&run, &sw, "a", false, false, false);
-    a.guest.wait_agent(BOOT);
-    let out = a
-        .guest
-        .exec(&format!("ping -c 3 -i 0.2 -W 5 {HOST_IP}"), CMD);
-    assert!(out.contains("3 packets received"), "{out}");
-    wait_fdb(&sw, "a");
     let mut b = start_vm(&run, &sw, "b", true, false, false);
     let rounds = b
         .qmp

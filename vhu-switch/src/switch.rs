@@ -902,17 +902,15 @@ mod tests {
         }
     }
 
+    /// What each port received.
+    type Received = Vec<Arc<Mutex<Vec<Vec<u8>>>>>;
+
     /// Ports 0-4 on one PMD (run by hand): 0 the migration's source, 1 its
     /// target, 2 another member of VLAN 10, 3 in VLAN 20, 4 a trunk (native
     /// 10); each port's received frames, and port 1's announcer.
     fn setup(
         target_macs: Vec<[u8; 6]>,
-    ) -> (
-        crate::pmd::Pmd,
-        Arc<RwLock<Fdb>>,
-        Vec<Arc<Mutex<Vec<Vec<u8>>>>>,
-        Announcer,
-    ) {
+    ) -> (crate::pmd::Pmd, Arc<RwLock<Fdb>>, Received, Announcer) {
         let fdb = Arc::new(RwLock::new(Fdb::new(FdbConfig::default())));
         let epoch = Instant::now();
         let (mut pmd, handle) = pmd::new_pmd(
