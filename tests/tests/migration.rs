@@ -35,6 +35,14 @@
 //!    received on the target too. The switch logged that it took the dirty
 //!    log (`SET_LOG_BASE`) both times.
 //!
+//! `guest_without_announce_is_announced_by_the_switch`: the guest
+//! (`guest_announce=off`) migrates a to b idle; QEMU sends `SEND_RARP`: the
+//! FDB has the MAC on b before the guest sent anything there, the host
+//! captures exactly one RARP announce per QEMU announce round (byte for
+//! byte), and `vhu_port_announces_total` of b is the number of rounds. The
+//! GUEST_ANNOUNCE runs assert that no `SEND_RARP` came; all three report
+//! the time from the target running to the first uplink frame into it.
+//!
 //! The test can fail: run with `VHU_DEBUG_NO_DIRTY_LOG=1` in the
 //! environment, the switch accepts the log but never marks a page, and the
 //! consistency check finds corrupted datagrams (see `docs/migration.md`).
@@ -176,15 +184,26 @@ struct Vm {
 /// Starts QEMU `name` (the source when `target` is false, else a target
 /// waiting with `-incoming`), adds its client-role port `name` to the
 /// switch and connects to its monitor.
-fn start_vm(run: &RunDir, sw: &SwitchProc, name: &str, target: bool, packed: bool) -> Vm {
+fn start_vm(
+    run: &RunDir,
+    sw: &SwitchProc,
+    name: &str,
+    target: bool,
+    packed: bool,
+    guest_announce: bool,
+) -> Vm {
     let socket = run.join(&format!("{name}.sock"));
     let qmp = run.join(&format!("{name}.qmp"));
     let incoming = run.join(&format!("{name}.migrate"));
-    let extra_args = if target {
+    let mut extra_args = if target {
         incoming_args(&qmp, &incoming)
     } else {
         qmp_args(&qmp)
     };
+    if !guest_announce {
+        // The guest cannot announce itself: QEMU sends SEND_RARP instead.
+        extra_args.extend(["-global".into(), "virtio-net-pci.guest_announce=off".into()]);
+    }
     let mut guest = spawn_guest(GuestOpts {
         mac: MAC.into(),
         qemu_is_server: true,
@@ -213,8 +232,26 @@ fn start_vm(run: &RunDir, sw: &SwitchProc, name: &str, target: bool, packed: boo
     }
 }
 
-/// Migrates `from` to `to` and returns QMP's `query-migrate` at completion.
-fn migrate(from: &mut Vm, to: &mut Vm) -> serde_json::Value {
+/// The switch, the namespace host on its uplink, and the source QEMU `a`
+/// booted, its guest known on port `a` (it pinged the host).
+fn source(run: &RunDir, packed: bool, guest_announce: bool) -> (SwitchProc, VethPair, Vm) {
+    let sw = SwitchProc::start(run, "", &[]);
+    let host = VethPair::new();
+    host.set_peer_addr(&format!("{HOST_IP}/24"));
+    sw.add_af_packet("up", host.host());
+    let mut a = start_vm(run, &sw, "a", false, packed, guest_announce);
+    a.guest.wait_agent(BOOT);
+    let out = a
+        .guest
+        .exec(&format!("ping -c 3 -i 0.2 -W 5 {HOST_IP}"), CMD);
+    assert!(out.contains("3 packets received"), "{out}");
+    wait_fdb(&sw, "a");
+    (sw, host, a)
+}
+
+/// Migrates `from` to `to` and returns QMP's `query-migrate` at completion
+/// and when the target was first seen running.
+fn migrate(from: &mut Vm, to: &mut Vm) -> (serde_json::Value, Instant) {
     assert_eq!(to.qmp.status(), "inmigrate");
     let bw = std::env::var("VHU_MIG_BW")
         .ok()
@@ -225,8 +262,9 @@ fn migrate(from: &mut Vm, to: &mut Vm) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     while to.qmp.status() != "running" {
         assert!(Instant::now() < deadline, "the target does not run");
-        thread::sleep(Duration::from_millis(20));
+        thread::sleep(Duration::from_millis(5));
     }
+    let running = Instant::now();
     assert_eq!(from.qmp.status(), "postmigrate");
     println!(
         "migration: total {} ms, downtime {} ms, {} MiB transferred",
@@ -234,7 +272,37 @@ fn migrate(from: &mut Vm, to: &mut Vm) -> serde_json::Value {
         info["downtime"],
         info["ram"]["transferred"].as_u64().unwrap_or(0) >> 20
     );
-    info
+    (info, running)
+}
+
+/// Milliseconds from `since` until the switch has delivered a frame into
+/// `port`'s guest (frames delivered before `since` excluded from nothing:
+/// the port is new, its count starts at zero).
+fn first_frame_ms(sw: &SwitchProc, port: &str, since: Instant) -> u128 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sw.stats(port).total.rx_packets == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no frame reached port {port} in 10 s"
+        );
+        thread::sleep(Duration::from_millis(2));
+    }
+    since.elapsed().as_millis()
+}
+
+/// `vhu_port_announces_total` (and `_refused_total`) of `port`.
+fn announces(sw: &SwitchProc, port: &str) -> (u64, u64) {
+    let text = String::from_utf8(sw.call("GET", "/metrics", "", 200)).unwrap();
+    let get = |family: &str| {
+        let key = format!("{family}{{port=\"{port}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&key)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in /metrics"))
+    };
+    (
+        get("vhu_port_announces_total"),
+        get("vhu_port_announces_refused_total"),
+    )
 }
 
 /// eth0's counter `name` in the guest.
@@ -309,26 +377,19 @@ fn migrate_twice(packed: bool) {
     } else {
         "migrate-split"
     });
-    let mut sw = SwitchProc::start(&run, "", &[]);
-    let host = VethPair::new();
-    host.set_peer_addr(&format!("{HOST_IP}/24"));
-    sw.add_af_packet("up", host.host());
+    let (mut sw, host, mut a) = source(&run, packed, true);
     let ns = host.ns();
 
-    let mut a = start_vm(&run, &sw, "a", false, packed);
-    a.guest.wait_agent(BOOT);
-    let out = a
-        .guest
-        .exec(&format!("ping -c 3 -i 0.2 -W 5 {HOST_IP}"), CMD);
-    assert!(out.contains("3 packets received"), "{out}");
-    wait_fdb(&sw, "a");
-
     // ===== 1: a -> b under a 100/s ping stream =====
-    let mut b = start_vm(&run, &sw, "b", true, packed);
+    let mut b = start_vm(&run, &sw, "b", true, packed, true);
     let mut pinger = ns.spawn_python(PINGER, &[GUEST_IP, "10"]);
     pinger.wait_for_stdout("ready", Duration::from_secs(10));
     thread::sleep(Duration::from_secs(2));
-    migrate(&mut a, &mut b);
+    let (_, running) = migrate(&mut a, &mut b);
+    let first = first_frame_ms(&sw, "b", running);
+    println!(
+        "GUEST_ANNOUNCE: first frame through the uplink into the target {first} ms after it ran"
+    );
     thread::sleep(Duration::from_secs(2));
     let p = stop_peer(&mut pinger, &["sent", "received", "last_seq", "gap_ms"]);
     let (sent, received, last) = (p["sent"], p["received"], p["last_seq"]);
@@ -358,10 +419,16 @@ fn migrate_twice(packed: bool) {
         "rx_packets {rx_before} -> {rx_after}"
     );
     wait_fdb(&sw, "b");
+    // The guest announced itself: QEMU sent no SEND_RARP.
+    assert_eq!(
+        announces(&sw, "b"),
+        (0, 0),
+        "SEND_RARP with GUEST_ANNOUNCE acked"
+    );
     log_taken(&sw, 1);
 
     // ===== 2: b -> c under a pattern flood =====
-    let mut c = start_vm(&run, &sw, "c", true, packed);
+    let mut c = start_vm(&run, &sw, "c", true, packed, true);
     // Every verified datagram is quoted back, none rate-limited.
     b.guest.exec(
         "sysctl -w net.ipv4.icmp_ratelimit=0 net.ipv4.icmp_msgs_per_sec=10000000 \
@@ -376,7 +443,7 @@ fn migrate_twice(packed: bool) {
     thread::sleep(Duration::from_secs(2));
     let on_source = no_ports(&mut b.guest);
     assert!(on_source > 0, "no datagram reached the source");
-    migrate(&mut b, &mut c);
+    let _ = migrate(&mut b, &mut c);
     let at_switch = no_ports(&mut c.guest);
     thread::sleep(Duration::from_secs(2));
     let f = stop_peer(&mut flood, &["sent", "ok", "bad", "dup"]);
@@ -452,3 +519,102 @@ fn no_ports(g: &mut GuestHandle) -> u64 {
     let snmp = parse_snmp(&g.exec("cat /proc/net/snmp", CMD));
     snmp.get("Udp.NoPorts").copied().expect("Udp.NoPorts")
 }
+
+/// A guest without `GUEST_ANNOUNCE` (`guest_announce=off`) migrates a to b:
+/// QEMU sends `SEND_RARP` to the switch, which moves the FDB to port b at
+/// once, while port a still exists with the same MAC, and floods the RARP
+/// announce out of the uplink. The guest is idle (no frame of its own on
+/// b) while this is checked; the namespace host probes the guest's MAC
+/// with frames of an unused EtherType the guest drops silently.
+#[test]
+#[ignore = "needs root, QEMU and the e2e lock: VHU_E2E=1 ... --include-ignored"]
+fn guest_without_announce_is_announced_by_the_switch() {
+    let run = RunDir::new("migrate-rarp");
+    let (mut sw, host, mut a) = source(&run, false, false);
+    let ns = host.ns();
+    let mut b = start_vm(&run, &sw, "b", true, false, false);
+    let rounds = b
+        .qmp
+        .execute("query-migrate-parameters", serde_json::json!({}))["announce-rounds"]
+        .as_u64()
+        .expect("announce-rounds");
+    let mut capture = ns.spawn_python(
+        vhu_tests::peers::CAPTURE_FRAMES,
+        &[host.peer(), "0x8035", "1000", "120"],
+    );
+    capture.wait_for_stdout("READY", Duration::from_secs(10));
+    let mut probe = ns.spawn_python(PROBE, &[host.peer(), MAC, "5"]);
+    probe.wait_for_stdout("ready", Duration::from_secs(10));
+    thread::sleep(Duration::from_secs(1));
+    let (_, running) = migrate(&mut a, &mut b);
+    let first = first_frame_ms(&sw, "b", running);
+    // Moved by the announce, before the guest sent anything on b.
+    let at = fdb_port(&sw);
+    let guest_tx = sw.stats("b").total.tx_packets;
+    println!(
+        "SEND_RARP: first frame through the uplink into the target {first} ms after it ran; \
+         FDB then on {at:?}, {guest_tx} frames from the guest on b"
+    );
+    assert_eq!(
+        at.as_deref(),
+        Some("b"),
+        "the FDB did not follow the announce"
+    );
+    assert_eq!(
+        guest_tx, 0,
+        "the guest sent before the check: it proves nothing"
+    );
+    // QEMU's announce rounds span about 1.3 s.
+    thread::sleep(Duration::from_secs(3));
+    probe.kill();
+    capture.kill();
+    let want = hex(&vhost_net_backend::wire::rarp_announce(
+        vhu_tests::netns::mac_octets(MAC),
+    ));
+    let frames: Vec<String> = capture
+        .stdout()
+        .lines()
+        .filter(|l| l.len() > 20 && l.chars().all(|c| c.is_ascii_hexdigit()))
+        .map(str::to_owned)
+        .collect();
+    println!(
+        "uplink host: {} RARP frames, {rounds} announce rounds",
+        frames.len()
+    );
+    assert_eq!(
+        frames,
+        vec![want; rounds as usize],
+        "the host did not see exactly one RARP announce of {MAC} per round"
+    );
+    assert_eq!(announces(&sw, "b"), (rounds, 0));
+    assert_eq!(announces(&sw, "a"), (0, 0));
+    // The guest is reachable on b.
+    let out = b
+        .guest
+        .exec(&format!("ping -c 3 -i 0.2 -W 5 {HOST_IP}"), CMD);
+    assert!(out.contains("3 packets received"), "{out}");
+    assert!(sw.log().contains("SEND_RARP"), "no SEND_RARP in the log");
+    b.guest.quit().assert_ok();
+    drop(a);
+    sw.stop();
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Sends a frame of EtherType 0x88b5 (local experimental; the guest drops
+/// it without a word) to MAC on IFNAME every INTERVAL_MS until killed.
+const PROBE: &str = r#"
+import socket, sys, time
+ifname, mac, interval = sys.argv[1], bytes.fromhex(sys.argv[2].replace(":", "")), int(sys.argv[3]) / 1000.0
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((ifname, 0))
+src = s.getsockname()[4][:6]
+print("ready", flush=True)
+n = 0
+while True:
+    s.send(mac + src + b"\x88\xb5" + n.to_bytes(4, "big") + bytes(42))
+    n += 1
+    time.sleep(interval)
+"#;

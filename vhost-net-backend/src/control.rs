@@ -134,6 +134,11 @@ impl PortCtl {
         }
     }
 
+    /// Whether the current frontend acked protocol feature `f`.
+    pub(crate) fn protocol_acked(&self, f: VhostUserProtocolFeatures) -> bool {
+        self.acked_protocol & f.bits() == f.bits()
+    }
+
     /// The acked virtio features of the current connection.
     #[cfg(test)]
     pub(crate) fn acked_features(&self) -> u64 {

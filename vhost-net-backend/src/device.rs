@@ -69,7 +69,9 @@ pub mod bits {
     pub const LOG_ALL: u64 = super::VhostUserVirtioFeatures::LOG_ALL.bits();
     /// `VIRTIO_NET_F_GUEST_ANNOUNCE`: the guest announces itself (gratuitous
     /// ARP) when the VMM asks, after a migration. The VMM owns the control
-    /// queue and the config space, the device only offers the bit.
+    /// queue and the config space, the device only offers the bit. A guest
+    /// that does not ack it is announced by the backend instead
+    /// (`SEND_RARP`, the `RARP` protocol feature).
     pub const GUEST_ANNOUNCE: u64 = bit(VIRTIO_NET_F_GUEST_ANNOUNCE);
     /// `VHOST_USER_F_PROTOCOL_FEATURES`.
     pub const PROTOCOL_FEATURES: u64 = super::VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
@@ -217,13 +219,16 @@ pub fn offered_features(queue_pairs: u16, offloads: Offloads, mtu: Option<u16>) 
 /// The vhost-user protocol features a port offers.
 ///
 /// `REPLY_ACK` is added by the `vhost` crate itself; `LOG_SHMFD` carries
-/// the dirty log of a live migration (`SET_LOG_BASE` with its fd). Never
-/// offered: `RARP` (the device offers `GUEST_ANNOUNCE`, with which QEMU
-/// never sends `SEND_RARP`), `NET_MTU`, `STATUS`, `INFLIGHT_SHMFD` (their
-/// messages are not handled), `CONFIG` (the VMM owns the config space).
+/// the dirty log of a live migration (`SET_LOG_BASE` with its fd); `RARP`:
+/// after a migration of a guest that did not ack `GUEST_ANNOUNCE`, the
+/// frontend sends `SEND_RARP` with the guest's MAC, handed to the port's
+/// announce handler ([`crate::Port::set_announce_handler`]). Never offered:
+/// `NET_MTU`, `STATUS`, `INFLIGHT_SHMFD` (their messages are not handled),
+/// `CONFIG` (the VMM owns the config space).
 pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
     VhostUserProtocolFeatures::MQ
         | VhostUserProtocolFeatures::LOG_SHMFD
+        | VhostUserProtocolFeatures::RARP
         | VhostUserProtocolFeatures::REPLY_ACK
         | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
         | VhostUserProtocolFeatures::RESET_DEVICE
@@ -319,8 +324,8 @@ mod tests {
         assert!(p.contains(VhostUserProtocolFeatures::REPLY_ACK));
         assert!(p.contains(VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS));
         assert!(p.contains(VhostUserProtocolFeatures::LOG_SHMFD));
+        assert!(p.contains(VhostUserProtocolFeatures::RARP));
         for never in [
-            VhostUserProtocolFeatures::RARP,
             VhostUserProtocolFeatures::MTU,
             VhostUserProtocolFeatures::STATUS,
             VhostUserProtocolFeatures::INFLIGHT_SHMFD,

@@ -29,6 +29,12 @@ use crate::queue::{QueuePair, VringShared};
 use crate::stats::QueueCounters;
 use crate::sys;
 
+/// What a port does with a `SEND_RARP` (a migrated guest's MAC, on the
+/// target): announce the address on the network. Called on the port's
+/// control thread, with no lock held; returns whether the announce was
+/// accepted (a refusal is NACKed to a frontend that asked for a reply).
+pub type AnnounceHandler = Arc<dyn Fn([u8; 6]) -> bool + Send + Sync>;
+
 /// Who creates the vhost-user socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SocketRole {
@@ -124,9 +130,9 @@ pub enum PortError {
     Resource(#[source] io::Error),
 }
 
-#[derive(Debug)]
 struct PortInner {
     name: String,
+    announce: Mutex<Option<AnnounceHandler>>,
     ctl: Arc<Mutex<PortCtl>>,
     shutdown: AtomicBool,
     shutdown_evt: EventFd,
@@ -135,6 +141,16 @@ struct PortInner {
     connections: AtomicU64,
     acked: Arc<AtomicU64>,
     vrings: Vec<Arc<VringShared>>,
+}
+
+impl std::fmt::Debug for PortInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortInner")
+            .field("name", &self.name)
+            .field("connected", &self.connected)
+            .field("connections", &self.connections)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A vhost-user-net port. Dropping it stops the control thread, closes the
@@ -196,6 +212,7 @@ impl Port {
         };
         let inner = Arc::new(PortInner {
             name: cfg.name.clone(),
+            announce: Mutex::new(None),
             ctl,
             shutdown: AtomicBool::new(false),
             shutdown_evt: EventFd::new(EFD_NONBLOCK).map_err(PortError::Resource)?,
@@ -268,6 +285,14 @@ impl Port {
     /// Counters of vring `index` (RX of pair `i` is `2i`, TX is `2i + 1`).
     pub fn vring_counters(&self, index: usize) -> Option<QueueCounters> {
         self.inner.vrings.get(index).map(|v| v.stats.snapshot())
+    }
+
+    /// Sets what the port does with a frontend's `SEND_RARP` (sent after a
+    /// migration, on the target, for a guest that did not ack
+    /// `VIRTIO_NET_F_GUEST_ANNOUNCE`). Without a handler the message is
+    /// acked and ignored.
+    pub fn set_announce_handler(&self, handler: AnnounceHandler) {
+        *lock(&self.inner.announce) = Some(handler);
     }
 
     /// Stops the control thread, closes the connection, and removes the
@@ -463,6 +488,8 @@ fn serve_connection(inner: &PortInner, stream: UnixStream) {
 const REQ_SET_VRING_ENABLE: u32 = 18;
 /// `VHOST_USER_SET_LOG_FD`.
 const REQ_SET_LOG_FD: u32 = 7;
+/// `VHOST_USER_SEND_RARP`.
+const REQ_SEND_RARP: u32 = 19;
 /// Header flags: protocol version 1, reply, need-reply.
 const HDR_VERSION_1: u32 = 0x1;
 const HDR_REPLY: u32 = 0x4;
@@ -476,8 +503,8 @@ const HDR_NEED_REPLY: u32 = 0x8;
 /// message without replying (the feature is not acked yet), which would hang
 /// the frontend. We peek at each header and take this one message ourselves:
 /// the requested state is recorded (it applies once the ring starts) and
-/// acked. `SET_LOG_FD` is taken here too ([`set_log_fd`]). Returns whether
-/// a message was consumed.
+/// acked. `SET_LOG_FD` ([`set_log_fd`]) and `SEND_RARP` ([`send_rarp`])
+/// are taken here too. Returns whether a message was consumed.
 fn early_vring_enable(
     inner: &PortInner,
     sock: &UnixStream,
@@ -497,6 +524,9 @@ fn early_vring_enable(
     let (request, flags, size) = (word(0), word(4), word(8));
     if request == REQ_SET_LOG_FD && size == 0 {
         return set_log_fd(inner, sock, flags).map(|()| true);
+    }
+    if request == REQ_SEND_RARP {
+        return send_rarp(inner, sock, flags, size).map(|()| true);
     }
     let protocol_acked = inner.acked.load(Ordering::Acquire) & device::bits::PROTOCOL_FEATURES != 0;
     if request != REQ_SET_VRING_ENABLE || protocol_acked || size != 8 {
@@ -554,6 +584,62 @@ fn set_log_fd(
     tracing::debug!("port {}: SET_LOG_FD accepted (not signalled)", inner.name);
     if flags & HDR_NEED_REPLY != 0 {
         ack(sock, REQ_SET_LOG_FD, false)?;
+    }
+    Ok(())
+}
+
+/// Takes a `SEND_RARP` (which the `vhost` crate does not handle): the MAC
+/// in the first 6 bytes of its u64 payload goes to the announce handler,
+/// and the frontend gets the handler's answer when it asked for a reply
+/// (`REPLY_ACK`). Without the `RARP` protocol feature acked, or with
+/// another payload size, the request is invalid: NACKed and the connection
+/// closed, like every invalid request.
+fn send_rarp(
+    inner: &PortInner,
+    sock: &UnixStream,
+    flags: u32,
+    size: u32,
+) -> Result<(), vhost::vhost_user::Error> {
+    use std::io::Read;
+    use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
+    use vhost::vhost_user::Error as E;
+    if size != 8 {
+        tracing::warn!("port {}: SEND_RARP of {size} bytes", inner.name);
+        return Err(E::InvalidMessage);
+    }
+    let mut msg = [0u8; 20];
+    (&*sock).read_exact(&mut msg).map_err(E::SocketBroken)?;
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&msg[12..18]);
+    let shown = crate::wire::MacAddr(mac);
+    if !lock(&inner.ctl).protocol_acked(P::RARP) {
+        tracing::warn!(
+            "port {}: SEND_RARP {shown} without the RARP protocol feature",
+            inner.name
+        );
+        if flags & HDR_NEED_REPLY != 0 {
+            ack(sock, REQ_SEND_RARP, true)?;
+        }
+        return Err(E::InvalidOperation("SEND_RARP without PROTOCOL_F_RARP"));
+    }
+    let handler = lock(&inner.announce).clone();
+    let accepted = match handler {
+        Some(h) => h(mac),
+        None => {
+            tracing::debug!(
+                "port {}: SEND_RARP {shown}: no announce handler",
+                inner.name
+            );
+            true
+        }
+    };
+    tracing::info!(
+        "port {}: SEND_RARP {shown}: {}",
+        inner.name,
+        if accepted { "announced" } else { "refused" }
+    );
+    if flags & HDR_NEED_REPLY != 0 {
+        ack(sock, REQ_SEND_RARP, !accepted)?;
     }
     Ok(())
 }

@@ -15,6 +15,7 @@
 //! | `vhu_port_rx_packets_total`, `vhu_port_rx_bytes_total`, `vhu_port_tx_packets_total`, `vhu_port_tx_bytes_total` | counter | `port`, `queue` |
 //! | `vhu_port_rx_dropped_total`, `vhu_port_tx_dropped_total` | counter | `port`, `queue`, `reason` |
 //! | `vhu_port_connected` | gauge | `port`, `kind` |
+//! | `vhu_port_announces_total`, `vhu_port_announces_refused_total` | counter | `port` |
 //! | `vhu_pmd_busy_cycles_total`, `vhu_pmd_idle_cycles_total`, `vhu_pmd_frames_total` | counter | `pmd` |
 //! | `vhu_fdb_entries` | gauge | |
 //! | `vhu_fdb_learned_total`, `vhu_fdb_moved_total`, `vhu_fdb_aged_total`, `vhu_fdb_limit_hits_total` | counter | |
@@ -39,6 +40,10 @@ pub struct PortSample {
     /// Whether a frontend is connected (uplinks: whether the interface is
     /// open).
     pub connected: bool,
+    /// Announces of a migrated guest made for the port (`SEND_RARP`).
+    pub announces: u64,
+    /// Announces refused (an address the port may not use).
+    pub announces_refused: u64,
     /// Per queue (pair).
     pub queues: Vec<QueueStats>,
 }
@@ -166,6 +171,19 @@ const QUEUE_FAMILIES: [Family<QueueStats>; 4] = [
     ),
 ];
 
+const ANNOUNCE_FAMILIES: [Family<PortSample>; 2] = [
+    (
+        "vhu_port_announces_total",
+        "Announces of a migrated guest (SEND_RARP) made for the port: FDB moved to it, RARP flooded in its VLAN.",
+        |p| p.announces,
+    ),
+    (
+        "vhu_port_announces_refused_total",
+        "Announces refused: an address the port may not use (mac lock, VLAN, static entry elsewhere, full table).",
+        |p| p.announces_refused,
+    ),
+];
+
 const PMD_FAMILIES: [Family<PmdSample>; 3] = [
     (
         "vhu_pmd_busy_cycles_total",
@@ -259,6 +277,12 @@ pub fn render(s: &Snapshot) -> String {
         |p| u64::from(p.connected),
     )];
     emit(&mut e, Kind::Gauge, &connected_family, &connected);
+    let port_rows: Vec<Row<'_, PortSample>> = s
+        .ports
+        .iter()
+        .map(|p| (vec![("port", p.name.clone())], p))
+        .collect();
+    emit(&mut e, Kind::Counter, &ANNOUNCE_FAMILIES, &port_rows);
     let pmds: Vec<Row<'_, PmdSample>> = s
         .pmds
         .iter()
@@ -293,6 +317,8 @@ mod tests {
                 name: "vm\"1".into(),
                 kind: "vhost-user".into(),
                 connected: true,
+                announces: 2,
+                announces_refused: 1,
                 queues: vec![q],
             }],
             pmds: vec![PmdSample {
@@ -318,6 +344,11 @@ mod tests {
         ));
         assert!(t.contains("vhu_port_connected{port=\"vm\\\"1\",kind=\"vhost-user\"} 1\n"));
         assert!(t.contains("vhu_pmd_busy_cycles_total{pmd=\"0\"} 100\n"));
+        assert!(
+            t.contains("vhu_port_announces_total{port=\"vm\\\"1\"} 2\n"),
+            "{t}"
+        );
+        assert!(t.contains("vhu_port_announces_refused_total{port=\"vm\\\"1\"} 1\n"));
         assert!(t.contains("vhu_fdb_entries 3\n"));
         assert!(t.contains("vhu_fdb_learned_total 4\n"));
         // Each family: HELP, then TYPE, then its samples only.

@@ -95,6 +95,12 @@ pub struct PortCounters {
     pub uplink: Mutex<Vec<UplinkCounters>>,
     /// Whether the uplink is open / the guest's rings run.
     pub connected: AtomicBool,
+    /// Announces of a migrated guest (`SEND_RARP`) the switch made for the
+    /// port: FDB moved, RARP frame flooded.
+    pub announces: AtomicU64,
+    /// Announces refused: an address the port may not use (its `mac`
+    /// lock, its VLAN mode, a static entry elsewhere, a full table).
+    pub announces_refused: AtomicU64,
 }
 
 fn add_drops(to: &[AtomicU64; DropReason::COUNT], d: &DropCounts) {
@@ -258,6 +264,10 @@ pub enum Command {
     /// handed back (to be dropped by the control plane, outside the data
     /// plane).
     Remove(PortId, SyncSender<Removed>),
+    /// Forwards the frame as if the port had sent it (its VLAN, its flood
+    /// domain, never back to it): a migrated guest's announce. Answers
+    /// whether the port was known.
+    Inject(PortId, Box<[u8]>, SyncSender<bool>),
 }
 
 /// What a PMD hands back of a removed port.
@@ -274,7 +284,7 @@ pub struct Removed {
 pub type PmdCounters = vhost_net_backend::LoopCycles;
 
 /// The control plane's end of a PMD.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PmdHandle {
     /// Sends commands.
     pub commands: SyncSender<Command>,
@@ -490,8 +500,42 @@ impl Pmd {
                     }
                     let _ = ack.send(removed);
                 }
+                Command::Inject(id, frame, ack) => {
+                    let _ = ack.send(self.inject(id, &frame));
+                }
             }
         }
+    }
+
+    /// Forwards `frame` as port `id`'s (an announce: rare, on the control
+    /// plane's command, never per packet).
+    fn inject(&mut self, id: PortId, frame: &[u8]) -> bool {
+        let Some(Some(src)) = self.ports.get(id as usize).cloned() else {
+            return false;
+        };
+        let now = self.now_ms;
+        let Self {
+            ports,
+            fdb,
+            fwd,
+            learns,
+            ..
+        } = self;
+        let table = fdb.read().unwrap_or_else(|p| p.into_inner());
+        let mut ctx = Burst::new(ports, &table, learns, fwd, now, id);
+        ctx.frame(
+            &src.ingress,
+            usize::MAX,
+            &VirtioNetHdr::default(),
+            frame,
+            &frame,
+        );
+        add_drops(&src.counters.tx_drops, &ctx.drops);
+        ctx.release();
+        drop(ctx);
+        drop(table);
+        learn_noted(fdb, learns, now);
+        true
     }
 
     /// Registers a new unit's fds with the poller.
@@ -602,16 +646,7 @@ impl Pmd {
         // Read-locked once per burst; a poisoned lock (a panic elsewhere)
         // leaves a consistent table.
         let table = fdb.read().unwrap_or_else(|p| p.into_inner());
-        let mut ctx = Burst {
-            ports,
-            fdb: &table,
-            learns,
-            fwd,
-            now,
-            drops: DropCounts::default(),
-            src_id: src.id,
-            held: ArrayVec::new(),
-        };
+        let mut ctx = Burst::new(ports, &table, learns, fwd, now, src.id);
         let capture = src.capture.on().then(|| Arc::clone(&src.capture));
         let ingress = &src.ingress;
         let max_frame = src.max_frame;
@@ -653,13 +688,18 @@ impl Pmd {
         ctx.release();
         drop(ctx);
         drop(table);
-        if !learns.is_empty() {
-            let mut t = fdb.write().unwrap_or_else(|p| p.into_inner());
-            for (vlan, mac, port) in learns.drain(..) {
-                t.learn(vlan, &mac, port, now);
-            }
-        }
+        learn_noted(fdb, learns, now);
         n
+    }
+}
+
+/// Learns the sources a burst noted (write lock, only if any).
+fn learn_noted(fdb: &RwLock<Fdb>, learns: &mut Vec<(u16, [u8; 6], PortId)>, now: u64) {
+    if !learns.is_empty() {
+        let mut t = fdb.write().unwrap_or_else(|p| p.into_inner());
+        for (vlan, mac, port) in learns.drain(..) {
+            t.learn(vlan, &mac, port, now);
+        }
     }
 }
 
@@ -708,6 +748,26 @@ fn outer_tci(l2: &L2Head) -> Option<u16> {
 }
 
 impl<'a> Burst<'a> {
+    fn new(
+        ports: &'a [Option<Arc<PortDp>>],
+        fdb: &'a Fdb,
+        learns: &'a mut Vec<(u16, [u8; 6], PortId)>,
+        fwd: &'a mut Forwarder,
+        now: u64,
+        src_id: PortId,
+    ) -> Self {
+        Self {
+            ports,
+            fdb,
+            learns,
+            fwd,
+            now,
+            drops: DropCounts::default(),
+            src_id,
+            held: ArrayVec::new(),
+        }
+    }
+
     /// Decides on one frame and delivers it.
     #[inline]
     fn frame(

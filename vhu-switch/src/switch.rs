@@ -24,9 +24,9 @@ use vhu_api::{
 use crate::api::routes::{Control, Refusal};
 use crate::capture::CaptureTap;
 use crate::config::{socket_path, Config, PollMode as CfgPoll};
-use crate::decide::Ingress;
+use crate::decide::{admit, Head, Ingress};
 use crate::endpoint::{self, Build, Handle};
-use crate::fdb::{Fdb, Origin};
+use crate::fdb::{Fdb, Learned, Origin};
 use crate::metrics::{self, PmdSample, PortSample, Snapshot};
 use crate::persist::Store;
 use crate::pmd::{self, load_drops, Command, PmdHandle, PortCounters, PortDp, Removed};
@@ -83,6 +83,90 @@ struct State {
     /// in the state file, so that nothing is lost, and listed (down, with
     /// the error) until they are removed.
     failed: Vec<(PortSpec, String)>,
+}
+
+/// What a vhost-user port does with its frontend's `SEND_RARP` (QEMU sends
+/// it on the target of a migration, for a guest that did not ack
+/// `GUEST_ANNOUNCE`): the guest's address moves to the port in the FDB at
+/// once, whatever port had it (the source port may still exist), and a
+/// RARP announce from it is flooded in the port's VLAN (its access VLAN,
+/// or a trunk's native VLAN) as if the guest had sent it: out of the
+/// uplinks and every other member port, never back to the port.
+///
+/// Refused (counted, nothing learned, nothing sent): an address the port's
+/// guest could not send from itself: not its `mac` lock, multicast or
+/// zero, no VLAN for untagged frames (a trunk without a native VLAN), a
+/// static entry on another port, a full table or quota.
+#[derive(Debug, Clone)]
+pub(crate) struct Announcer {
+    name: String,
+    ingress: Ingress,
+    fdb: Arc<RwLock<Fdb>>,
+    epoch: Instant,
+    pmd: PmdHandle,
+    counters: Arc<PortCounters>,
+}
+
+impl Announcer {
+    /// The FDB move; the frame to flood, or `None` when refused.
+    pub(crate) fn admit(&self, mac: [u8; 6]) -> Option<Box<[u8]>> {
+        let shown = MacAddr(mac);
+        let head = Head {
+            dst: [0xff; 6],
+            src: mac,
+            tci: None,
+        };
+        let refuse = |why: &str| {
+            self.counters
+                .announces_refused
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("port {:?}: announce of {shown} refused: {why}", self.name);
+            None
+        };
+        let vlan = match admit(&self.ingress, &head) {
+            Ok(v) => v,
+            Err(r) => return refuse(r.name()),
+        };
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let learned = self.fdb.write().unwrap_or_else(|p| p.into_inner()).learn(
+            vlan,
+            &mac,
+            self.ingress.id,
+            now,
+        );
+        match learned {
+            Learned::LimitHit => return refuse("the FDB or the port's quota is full"),
+            Learned::StaticConflict => return refuse("a static FDB entry has it on another port"),
+            Learned::Moved { from } => tracing::info!(
+                "port {:?}: announce of {shown}: FDB vlan {vlan} moved here from port id {from}",
+                self.name
+            ),
+            Learned::New | Learned::Refreshed => tracing::info!(
+                "port {:?}: announce of {shown}: FDB vlan {vlan} on this port",
+                self.name
+            ),
+        }
+        self.counters.announces.fetch_add(1, Ordering::Relaxed);
+        Some(Box::new(vhost_net_backend::wire::rarp_announce(mac)))
+    }
+
+    /// [`Announcer::admit`], then the flood by the port's PMD. Returns
+    /// whether the announce was accepted.
+    pub(crate) fn announce(&self, mac: [u8; 6]) -> bool {
+        let Some(frame) = self.admit(mac) else {
+            return false;
+        };
+        let (ack, answer) = sync_channel(1);
+        if !self.pmd.send(Command::Inject(self.ingress.id, frame, ack))
+            || answer.recv_timeout(PMD_ANSWER).is_err()
+        {
+            tracing::warn!(
+                "port {:?}: the announce frame was not sent (PMD did not answer)",
+                self.name
+            );
+        }
+        true
+    }
 }
 
 /// Changes the log filter (the logging layer's reload handle).
@@ -370,6 +454,7 @@ impl Switch {
             vlan: VlanMode::from_api(spec.vlan.as_ref()),
             macs: spec.mac.iter().flatten().map(|m| m.0).collect(),
         };
+        let announce_as = ingress.clone();
         let (dp, units) = PortDp::new(
             id,
             spec.name.clone(),
@@ -408,6 +493,17 @@ impl Switch {
         }
         for &p in &placed {
             st.loads[p] += 1;
+        }
+        if let Handle::Guest(port, _) = &handle {
+            let a = Announcer {
+                name: spec.name.clone(),
+                ingress: announce_as,
+                fdb: Arc::clone(&self.fdb),
+                epoch: self.epoch,
+                pmd: PmdHandle::clone(&self.pmds[placed[0]]),
+                counters: Arc::clone(&counters),
+            };
+            port.set_announce_handler(Arc::new(move |mac| a.announce(mac)));
         }
         if spec.kind != PortKind::VhostUser {
             let (u, n) = st.uplink_pmd.unwrap_or((placed[0], 0));
@@ -727,6 +823,8 @@ impl Control for Switch {
                     name: e.spec.name.clone(),
                     kind: e.spec.kind.to_string(),
                     connected: connected(e),
+                    announces: e.counters.announces.load(Ordering::Relaxed),
+                    announces_refused: e.counters.announces_refused.load(Ordering::Relaxed),
                     queues: self.stats(e).queues,
                 })
                 .collect()
@@ -759,5 +857,178 @@ impl Control for Switch {
         (self.log)(filter).map_err(Refusal::invalid)?;
         tracing::info!("log filter set to {filter:?}");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::End;
+    use crate::fdb::FdbConfig;
+    use std::os::fd::RawFd;
+    use vhost_net_backend::io::{RxFn, Uplink, UplinkOffloads};
+    use vhost_net_backend::{FrameSource, VirtioNetHdr};
+
+    const VM: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0x21];
+
+    /// An uplink that keeps what the switch sends it.
+    struct Recorder(Arc<Mutex<Vec<Vec<u8>>>>);
+
+    impl Uplink for Recorder {
+        fn name(&self) -> &str {
+            "recorder"
+        }
+        fn rx_burst(&mut self, _max: usize, _f: RxFn<'_>) -> std::io::Result<usize> {
+            Ok(0)
+        }
+        fn tx_push(&mut self, _: &VirtioNetHdr, f: &dyn FrameSource) -> Result<(), DropReason> {
+            let mut b = vec![0; f.frame_len()];
+            vhost_net_backend::copy_frame(f, &mut b);
+            self.0.lock().unwrap().push(b);
+            Ok(())
+        }
+        fn tx_drop(&mut self, _: DropReason) {}
+        fn tx_flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn rx_fd(&self) -> RawFd {
+            -1
+        }
+        fn offloads(&self) -> UplinkOffloads {
+            UplinkOffloads::default()
+        }
+        fn counters(&self) -> UplinkCounters {
+            UplinkCounters::default()
+        }
+    }
+
+    /// What each port received.
+    type Received = Vec<Arc<Mutex<Vec<Vec<u8>>>>>;
+
+    /// Ports 0-4 on one PMD (run by hand): 0 the migration's source, 1 its
+    /// target, 2 another member of VLAN 10, 3 in VLAN 20, 4 a trunk (native
+    /// 10); each port's received frames, and port 1's announcer.
+    fn setup(
+        target_macs: Vec<[u8; 6]>,
+    ) -> (crate::pmd::Pmd, Arc<RwLock<Fdb>>, Received, Announcer) {
+        let fdb = Arc::new(RwLock::new(Fdb::new(FdbConfig::default())));
+        let epoch = Instant::now();
+        let (mut pmd, handle) = pmd::new_pmd(
+            0,
+            vhost_net_backend::PollMode::Busy,
+            Arc::clone(&fdb),
+            epoch,
+        )
+        .unwrap();
+        let modes = [
+            VlanMode::Access(10),
+            VlanMode::Access(10),
+            VlanMode::Access(10),
+            VlanMode::Access(20),
+            VlanMode::Trunk {
+                allowed: crate::vlan::VlanSet::all(),
+                native: Some(10),
+            },
+        ];
+        let mut got = Vec::new();
+        let mut target = None;
+        for (id, vlan) in modes.into_iter().enumerate() {
+            let id = id as PortId;
+            let rec = Arc::new(Mutex::new(Vec::new()));
+            let ingress = Ingress {
+                id,
+                vlan,
+                macs: if id == 1 { target_macs.clone() } else { vec![] },
+            };
+            let counters = Arc::new(PortCounters::default());
+            if id == 1 {
+                target = Some(Announcer {
+                    name: "target".into(),
+                    ingress: ingress.clone(),
+                    fdb: Arc::clone(&fdb),
+                    epoch,
+                    pmd: handle.clone(),
+                    counters: Arc::clone(&counters),
+                });
+            }
+            let (dp, _units) = PortDp::new(
+                id,
+                format!("p{id}"),
+                ingress,
+                None,
+                counters,
+                Arc::new(CaptureTap::default()),
+                End::Uplink(vec![Box::new(Recorder(Arc::clone(&rec)))]),
+            );
+            let (ack, _) = sync_channel(1);
+            handle.send(Command::AddPort(dp, ack));
+            got.push(rec);
+        }
+        pmd.poll_once();
+        (pmd, fdb, got, target.unwrap())
+    }
+
+    /// Runs port 1's announce of `mac` through the PMD; whether it was
+    /// accepted.
+    fn announce(pmd: &mut crate::pmd::Pmd, a: &Announcer, mac: [u8; 6]) -> bool {
+        let Some(frame) = a.admit(mac) else {
+            return false;
+        };
+        let (ack, answer) = sync_channel(1);
+        assert!(a.pmd.send(Command::Inject(1, frame, ack)));
+        pmd.poll_once();
+        assert_eq!(answer.try_recv(), Ok(true), "the PMD did not inject");
+        true
+    }
+
+    #[test]
+    fn an_announce_moves_the_fdb_and_floods_the_rarp_in_the_vlan() {
+        let (mut pmd, fdb, got, a) = setup(vec![]);
+        // The guest is known on the source port, which still exists.
+        fdb.write().unwrap().learn(10, &VM, 0, 0);
+        assert!(announce(&mut pmd, &a, VM));
+        assert_eq!(fdb.read().unwrap().lookup(10, &VM, 0), Some(1));
+        assert_eq!(fdb.read().unwrap().counters().moved, 1);
+        let rarp = vhost_net_backend::wire::rarp_announce(VM).to_vec();
+        let frames: Vec<Vec<Vec<u8>>> = got.iter().map(|g| g.lock().unwrap().clone()).collect();
+        assert_eq!(
+            frames,
+            vec![
+                vec![rarp.clone()],
+                vec![],
+                vec![rarp.clone()],
+                vec![],
+                // A trunk whose native VLAN is 10: untagged.
+                vec![rarp.clone()]
+            ],
+            "the announce goes to VLAN 10's other ports only"
+        );
+        assert_eq!(a.counters.announces.load(Ordering::Relaxed), 1);
+        assert_eq!(a.counters.announces_refused.load(Ordering::Relaxed), 0);
+        // A second round (QEMU announces several times): the same frame,
+        // the entry stays.
+        assert!(announce(&mut pmd, &a, VM));
+        assert_eq!(got[2].lock().unwrap().len(), 2);
+        assert_eq!(fdb.read().unwrap().lookup(10, &VM, 0), Some(1));
+        assert_eq!(a.counters.announces.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn an_announce_of_an_address_the_port_may_not_use_is_refused() {
+        let other = [0x52, 0x54, 0, 0, 0, 0x99];
+        let (mut pmd, fdb, got, a) = setup(vec![other]);
+        fdb.write().unwrap().learn(10, &VM, 0, 0);
+        // Not the port's `mac` lock, multicast, zero.
+        for mac in [VM, [0x01, 0, 0x5e, 0, 0, 1], [0; 6]] {
+            assert!(!announce(&mut pmd, &a, mac), "{mac:?} accepted");
+        }
+        // A static entry elsewhere.
+        fdb.write().unwrap().add_static(10, &other, 2).unwrap();
+        assert!(!announce(&mut pmd, &a, other));
+        assert_eq!(fdb.read().unwrap().lookup(10, &VM, 0), Some(0));
+        assert_eq!(fdb.read().unwrap().lookup(10, &other, 0), Some(2));
+        assert!(got.iter().all(|g| g.lock().unwrap().is_empty()));
+        assert_eq!(a.counters.announces.load(Ordering::Relaxed), 0);
+        assert_eq!(a.counters.announces_refused.load(Ordering::Relaxed), 4);
     }
 }

@@ -190,6 +190,7 @@ fn check_hlen(
     Ok(())
 }
 
+pub mod announce;
 pub mod checksum;
 pub mod ethernet;
 mod headers;
@@ -200,6 +201,7 @@ pub mod tcp;
 pub mod udp;
 pub mod vlan;
 
+pub use announce::{rarp_announce, ANNOUNCE_LEN, ETH_P_RARP};
 pub use ethernet::{
     EthernetFrame, MacAddr, ParseMacError, ETH_ALEN, ETH_HLEN, ETH_P_ARP, ETH_P_IPV4, ETH_P_IPV6,
 };

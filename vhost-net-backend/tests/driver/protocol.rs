@@ -402,3 +402,80 @@ fn dirty_log_messages_are_served_and_the_log_is_marked() {
     let c = echo.stop();
     assert_clean_counts(&c[0], tally[0], "dirty log");
 }
+
+/// One `SEND_RARP` with `NEED_REPLY`: the status the backend replied.
+fn send_rarp(drv: &TestDriver, mac: [u8; 6]) -> Result<u64, DriverError> {
+    let mut payload = [0u8; 8];
+    payload[..6].copy_from_slice(&mac);
+    drv.send_raw(19, 0x8, &payload, &[])?;
+    let (code, flags, body) = drv.recv_raw()?;
+    assert_eq!(code, 19, "a reply to another request");
+    assert_ne!(flags & 0x4, 0, "not a reply");
+    assert_eq!(body.len(), 8);
+    Ok(u64::from_le_bytes(body.try_into().unwrap()))
+}
+
+#[test]
+fn send_rarp_reaches_the_announce_handler_and_is_acked() {
+    use std::sync::{Arc, Mutex};
+    use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
+    const VM: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0x21];
+    const LOCKED: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0x99];
+    let echo = Echo::server("proto-rarp", |_| {});
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    echo.port().set_announce_handler(Arc::new(move |mac| {
+        s.lock().unwrap().push(mac);
+        mac != LOCKED
+    }));
+    let mut tally = [Tally::default()];
+    let opts = DriverOpts {
+        protocol_features: DriverOpts::default().protocol_features | P::RARP | P::REPLY_ACK,
+        ..DriverOpts::default()
+    };
+    let mut drv = echo.connect(opts);
+    assert!(drv.offered_protocol_features().contains(P::RARP));
+    assert!(drv.protocol_features().contains(P::RARP));
+    traffic_flows(&mut drv, 1, 0, &mut tally);
+    assert_eq!(send_rarp(&drv, VM).unwrap(), 0, "SEND_RARP not acked");
+    assert_eq!(
+        send_rarp(&drv, LOCKED).unwrap(),
+        1,
+        "a refusal acked as success"
+    );
+    assert_eq!(*seen.lock().unwrap(), vec![VM, LOCKED]);
+    // The connection goes on.
+    traffic_flows(&mut drv, 1, 1, &mut tally);
+    assert_no_violations(&drv);
+    drop(drv);
+    wait_until("the port to drop the connection", || {
+        !echo.port().is_connected()
+    });
+
+    // Without the RARP protocol feature acked: NACKed, connection closed,
+    // nothing announced.
+    let opts = DriverOpts {
+        protocol_features: (DriverOpts::default().protocol_features | P::REPLY_ACK) - P::RARP,
+        ..DriverOpts::default()
+    };
+    let mut drv = echo.connect(opts);
+    assert!(!drv.protocol_features().contains(P::RARP));
+    traffic_flows(&mut drv, 1, 2, &mut tally);
+    assert_eq!(
+        send_rarp(&drv, VM).unwrap(),
+        1,
+        "SEND_RARP without RARP acked"
+    );
+    assert!(
+        drv.wait_backend_hangup(TIMEOUT),
+        "the connection stayed open"
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        2,
+        "announced without RARP acked"
+    );
+    drop(drv);
+    let c = echo.stop();
+    assert_clean_counts(&c[0], tally[0], "send rarp");
+}
