@@ -572,7 +572,11 @@ impl Msg {
     }
 
     fn can_reply(&self) -> bool {
-        is_get(self.code) || self.flags & NEED_REPLY != 0 || self.raw
+        // The `vhost` crate answers SET_LOG_BASE whatever its flags.
+        is_get(self.code)
+            || self.code == req::SET_LOG_BASE
+            || self.flags & NEED_REPLY != 0
+            || self.raw
     }
 }
 
