@@ -14,6 +14,10 @@
 //! - [`http`]: the control API's request reader and handlers on raw HTTP
 //!   bytes, against an in-memory switch and the OpenAPI document.
 //! - [`cni`]: the CNI plugin's configuration and environment parsing.
+//! - [`switching`]: the switch's forwarding step (a PMD over loopback
+//!   guests) against a reference model of learning, VLANs and flooding.
+//! - [`vhost_user`]: the vhost-user request path of a port fed a fuzzed
+//!   message stream (fds included) over a Unix socket.
 #![deny(missing_docs)]
 
 pub mod cni;
@@ -21,4 +25,6 @@ pub mod http;
 pub mod input;
 pub mod net_hdr;
 pub mod rings;
+pub mod switching;
+pub mod vhost_user;
 pub mod wire;

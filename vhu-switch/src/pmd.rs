@@ -808,12 +808,14 @@ impl<'a> Burst<'a> {
             self.learns.push((vlan, h.src, ingress.id));
         }
         let mut verdict = destination(ingress.id, vlan, &h.dst, self.fdb, self.now);
-        if matches!(verdict, Verdict::Flood { .. })
+        if !matches!(verdict, Verdict::Drop(_))
             && h.dst[0] & 1 == 0
             && (h.dst == h.src || self.learns.iter().any(|l| l.0 == vlan && l.1 == h.dst))
         {
             // An address this burst found on the ingress port (learned when
             // the burst ends): back where it came from, as `decide` says.
+            // Also when the table still has it on another port (it moved in
+            // this burst): not to the port it left.
             verdict = Verdict::Drop(DropReason::Hairpin);
         }
         match verdict {

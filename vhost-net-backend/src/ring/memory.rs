@@ -96,6 +96,19 @@ impl GuestMemory {
                 size: desc.size,
             });
         }
+        // A mapping past the end of its file maps, but the first access
+        // there (a descriptor the guest points at it) is a SIGBUS of the
+        // whole process: refuse it (the `vm-memory` check is gone).
+        if let Ok(md) = file.metadata() {
+            let fits =
+                matches!(desc.mmap_offset.checked_add(desc.size), Some(end) if end <= md.len());
+            if md.is_file() && !fits {
+                return Err(MemoryError::InvalidRegion {
+                    gpa: desc.gpa,
+                    size: desc.size,
+                });
+            }
+        }
         let vu = vhost::vhost_user::message::VhostUserMemoryRegion::new(
             desc.gpa,
             desc.size,
