@@ -12,6 +12,7 @@ pub mod cri;
 pub mod device_plugin;
 pub mod echo;
 pub mod features;
+pub mod footprint;
 pub mod libvirt;
 pub mod netns;
 pub mod peers;

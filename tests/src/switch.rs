@@ -16,6 +16,7 @@ use vhu_api::client::{self, ClientError};
 use vhu_api::PortStats;
 
 use crate::bins;
+use crate::footprint::Footprint;
 use crate::testpmd::RunDir;
 
 /// The `vhu-switch` binary.
@@ -360,69 +361,6 @@ impl Drop for SwitchProc {
         }
         if std::thread::panicking() {
             eprintln!("----- vhu-switch log -----\n{}----- end -----", self.log());
-        }
-    }
-}
-
-/// What a process holds: open file descriptors, resident and virtual
-/// memory (`/proc/PID/{fd,status}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Footprint {
-    /// Open file descriptors.
-    pub fds: usize,
-    /// `VmRSS`, KiB.
-    pub rss_kb: u64,
-    /// `VmSize`, KiB.
-    pub vm_kb: u64,
-}
-
-impl Footprint {
-    /// The footprint of process `pid` now.
-    ///
-    /// # Panics
-    ///
-    /// If its `/proc` entries cannot be read.
-    pub fn of(pid: u32) -> Self {
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"))
-            .count();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
-        let kb = |key: &str| -> u64 {
-            let line = status.lines().find(|l| l.starts_with(key));
-            let num = line.and_then(|l| l[key.len()..].split_whitespace().next());
-            num.and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
-        };
-        Self {
-            fds,
-            rss_kb: kb("VmRSS:"),
-            vm_kb: kb("VmSize:"),
-        }
-    }
-
-    /// Asserts that `self`, read after `what`, holds exactly the fds of
-    /// `before` and at most `slack_kb` more (resident, virtual) memory.
-    ///
-    /// # Panics
-    ///
-    /// If it holds more.
-    pub fn assert_no_growth(&self, before: &Footprint, slack_kb: (u64, u64), what: &str) {
-        let grown = [
-            ("open fds", before.fds as u64, self.fds as u64, 0),
-            ("VmRSS (KiB)", before.rss_kb, self.rss_kb, slack_kb.0),
-            ("VmSize (KiB)", before.vm_kb, self.vm_kb, slack_kb.1),
-        ];
-        for (name, was, now, slack) in grown {
-            let ok = if slack == 0 {
-                now == was
-            } else {
-                now <= was + slack
-            };
-            assert!(
-                ok,
-                "{name} went from {was} to {now} over {what} (slack {slack})"
-            );
         }
     }
 }
