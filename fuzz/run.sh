@@ -25,14 +25,7 @@ export RUSTC_BOOTSTRAP=1
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
-    # Two new targets have open, untriaged findings (model or code):
-    # `switching`, a frame the reference model expects and the PMD does not
-    # deliver (fuzz/open/switching-port0-missed-frame); `vhost_user`, a
-    # SET_VRING_KICK (12) with a ring number >= the queue count answered
-    # after it instead of refused. Until settled they run only by name
-    # (`fuzz/run.sh 300 switching vhost_user`); their seeds are still
-    # replayed by `cargo test`.
-    mapfile -t targets < <(cargo fuzz list | grep -vx -e switching -e vhost_user)
+    mapfile -t targets < <(cargo fuzz list)
 fi
 
 cargo fuzz build

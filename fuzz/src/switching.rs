@@ -16,8 +16,10 @@
 //! learning deferred to the end of each source burst (the PMD's design: the
 //! burst reads the table as it was), a frame whose unicast destination is
 //! on the ingress port (in the table or learned in this burst) dropped as
-//! `hairpin`, broadcast/multicast/unknown flooded to the VLAN's other
-//! members, each copy's 802.1Q tag kept, popped, pushed or rewritten as
+//! `hairpin` (a frame to its own new source address too; to its own
+//! address that is static on another port: forwarded there),
+//! broadcast/multicast/unknown flooded to the VLAN's other members (none:
+//! a `vlan_denied` drop), each copy's 802.1Q tag kept, popped, pushed or rewritten as
 //! the egress port's mode says (priority bits kept).
 //!
 //! Oracle after every event: every guest received exactly the frames the
@@ -337,10 +339,16 @@ impl Model {
                     None => self.order.iter().copied().filter(|&q| q != p).collect(),
                 }
             };
+            let mut members = 0;
             for q in to {
                 if let Some(eg) = self.modes[q as usize].egress(v) {
                     self.rx[q as usize].push(edited(&f.bytes, f.tci, eg));
+                    members += 1;
                 }
+            }
+            if members == 0 {
+                // A flood into a VLAN no other port is in.
+                self.drops[pi][2] += 1;
             }
         }
         for (v, m) in learns {
@@ -502,6 +510,12 @@ fn check(real: &mut Real, m: &mut Model, what: &str, out: &mut Outcome) {
     out.entries = want.len();
 }
 
+/// Whether to print each event (`VHU_FUZZ_TRACE=1`, for triage).
+fn trace() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("VHU_FUZZ_TRACE").is_some())
+}
+
 /// Runs one input; returns what it did (for the seed tests).
 pub fn outcome(data: &[u8]) -> Outcome {
     let mut inp = Input::new(data);
@@ -520,6 +534,12 @@ pub fn outcome(data: &[u8]) -> Outcome {
     m.drops = vec![[0; 4]; PORTS];
     m.rx = vec![Vec::new(); PORTS];
     m.order = (0..PORTS as u32).collect();
+    if trace() {
+        eprintln!(
+            "modes {:?} locks {:?} max_entries {} max_per_port {}",
+            m.modes, m.locks, m.max_entries, m.max_per_port
+        );
+    }
     let mut real = Real::new(&m);
     let mut out = Outcome::default();
     let mut seq = 0u16;
@@ -549,6 +569,16 @@ pub fn outcome(data: &[u8]) -> Outcome {
                 for (p, list) in posted.iter().enumerate() {
                     assert_eq!(real.guests[p].reap_tx(), list.len(), "{what}: TX of {p}");
                 }
+                if trace() {
+                    for (p, list) in posted.iter().enumerate() {
+                        for f in list {
+                            eprintln!(
+                                "{what}: port {p} sends {:02x?} -> {:02x?} tci {:?}",
+                                f.src, f.dst, f.tci
+                            );
+                        }
+                    }
+                }
                 for p in m.order.clone() {
                     m.burst(p, &posted[p as usize]);
                 }
@@ -571,12 +601,18 @@ pub fn outcome(data: &[u8]) -> Outcome {
                     } else {
                         Err(vhu_switch::fdb::FdbFull)
                     };
+                    if trace() {
+                        eprintln!("{what}: static {v} {mc:02x?} on {p}: {r:?}");
+                    }
                     assert_eq!(r, want, "{what}: add_static");
                 }
             }
             6 => {
                 let (v, mc) = (vlan(inp.u8()), mac(inp.u8()));
                 let r = fdb_write(&real.fdb).remove_static(v, &mc);
+                if trace() {
+                    eprintln!("{what}: remove static {v} {mc:02x?}: {r}");
+                }
                 let want = m.fdb.get(&(v, mc)).is_some_and(|e| e.fixed);
                 if want {
                     m.fdb.remove(&(v, mc));
@@ -586,6 +622,15 @@ pub fn outcome(data: &[u8]) -> Outcome {
             _ => {
                 let a = inp.u8();
                 let p = u32::from(a >> 2) % PORTS as u32;
+                if trace() {
+                    let k = [
+                        "flush learned",
+                        "remove entries of",
+                        "port event",
+                        "port event",
+                    ];
+                    eprintln!("{what}: {} port {p}", k[usize::from(a % 4)]);
+                }
                 match a % 4 {
                     0 => {
                         let n = fdb_write(&real.fdb).flush_learned();

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
 //! A triage tool, not a check (hence `#[ignore]`d, so the suite does not
 //! count it as a passing test): runs the inputs named in `VHU_FUZZ_INPUT`
-//! (colon-separated paths) through the `rings` harness without libFuzzer and
-//! prints what each did:
+//! (colon-separated paths) through the harness named in `VHU_FUZZ_TARGET`
+//! (`rings` when unset; also `switching`, `vhost_user`, `wire`, `http`,
+//! `cni`) without libFuzzer and prints what each did:
 //! `VHU_FUZZ_TRACE=1 VHU_FUZZ_INPUT=artifacts/rings/crash-... cargo test --test replay -- --ignored --nocapture`.
 
 #[test]
@@ -13,7 +14,17 @@ fn replay_inputs() {
     let mut n = 0;
     for p in std::env::split_paths(&paths) {
         let b = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        eprintln!("{}: {}", p.display(), vhu_fuzz::rings::summary(&b));
+        let target = std::env::var("VHU_FUZZ_TARGET").unwrap_or_else(|_| "rings".into());
+        let what = match target.as_str() {
+            "rings" => vhu_fuzz::rings::summary(&b),
+            "switching" => format!("{:?}", vhu_fuzz::switching::outcome(&b)),
+            "vhost_user" => format!("{:?}", vhu_fuzz::vhost_user::outcome(&b)),
+            "wire" => format!("{:?}", vhu_fuzz::wire::outcome(&b)),
+            "http" => format!("{:?}", vhu_fuzz::http::answers(&b)),
+            "cni" => format!("{:?}", vhu_fuzz::cni::outcome(&b)),
+            other => panic!("VHU_FUZZ_TARGET={other}: no such harness"),
+        };
+        eprintln!("{}: {what}", p.display());
         n += 1;
     }
     assert!(n > 0, "VHU_FUZZ_INPUT names no input");

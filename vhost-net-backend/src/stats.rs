@@ -48,7 +48,8 @@ pub enum DropReason {
     /// may send from (anti-spoofing).
     Spoofed,
     /// A forwarding decision: the frame's VLAN (or its being untagged) is
-    /// not allowed on the port.
+    /// not allowed on the port, or its VLAN has no other member to deliver
+    /// it to (counted on the ingress port).
     VlanDenied,
     /// A forwarding decision: the destination is on the port the frame came
     /// from.

@@ -801,7 +801,11 @@ impl<'a> Burst<'a> {
                 return;
             }
         };
-        if !self.fdb.refresh(vlan, &h.src, ingress.id, self.now)
+        // Known: on the ingress port already, or a static entry elsewhere
+        // (not learned: the frame's own address stays where the table has
+        // it, and a frame to it goes there).
+        let known = self.fdb.refresh(vlan, &h.src, ingress.id, self.now);
+        if !known
             && self.learns.len() < MAX_LEARNS
             && !self.learns.iter().any(|l| l.0 == vlan && l.1 == h.src)
         {
@@ -810,25 +814,32 @@ impl<'a> Burst<'a> {
         let mut verdict = destination(ingress.id, vlan, &h.dst, self.fdb, self.now);
         if !matches!(verdict, Verdict::Drop(_))
             && h.dst[0] & 1 == 0
-            && (h.dst == h.src || self.learns.iter().any(|l| l.0 == vlan && l.1 == h.dst))
+            && ((!known && h.dst == h.src)
+                || self.learns.iter().any(|l| l.0 == vlan && l.1 == h.dst))
         {
             // An address this burst found on the ingress port (learned when
-            // the burst ends): back where it came from, as `decide` says.
-            // Also when the table still has it on another port (it moved in
-            // this burst): not to the port it left.
+            // the burst ends, or a frame to its own new source when the
+            // burst's learn list is full): back where it came from, as
+            // `decide` says. Also when the table still has it on another
+            // port (it moved in this burst): not to the port it left.
             verdict = Verdict::Drop(DropReason::Hairpin);
         }
         match verdict {
             Verdict::Forward { port, vlan } => {
-                if !self.deliver(port, vlan, tci, hdr, head, frame, false) {
+                if !self.deliver(port, vlan, tci, hdr, head, frame) {
                     self.drops.add(DropReason::VlanDenied, 1);
                 }
             }
             Verdict::Flood { vlan } => {
+                let mut members = 0;
                 for j in 0..self.ports.len() as PortId {
-                    if j != self.src_id {
-                        self.deliver(j, vlan, tci, hdr, head, frame, true);
+                    if j != self.src_id && self.deliver(j, vlan, tci, hdr, head, frame) {
+                        members += 1;
                     }
+                }
+                if members == 0 {
+                    // No other port is in the VLAN: counted, not lost.
+                    self.drops.add(DropReason::VlanDenied, 1);
                 }
             }
             Verdict::Drop(r) => self.drops.add(r, 1),
@@ -837,7 +848,6 @@ impl<'a> Burst<'a> {
 
     /// Pushes one frame into port `dst` (if it is a member of `vlan`), with
     /// its tag edited for that port. Returns whether the port is a member.
-    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn deliver(
         &mut self,
@@ -847,7 +857,6 @@ impl<'a> Burst<'a> {
         hdr: &VirtioNetHdr,
         head: &[u8],
         frame: &dyn FrameSource,
-        flooding: bool,
     ) -> bool {
         let ports: &'a [Option<Arc<PortDp>>] = self.ports;
         let Some(Some(d)) = ports.get(dst as usize) else {
@@ -855,7 +864,7 @@ impl<'a> Burst<'a> {
         };
         let egress = d.ingress.vlan.egress(vlan);
         let Some(edit) = TagEdit::between(tci, egress) else {
-            return flooding;
+            return false;
         };
         // The edited frame: still one copy, from the source's buffers.
         let mut lead = [0u8; 16];
