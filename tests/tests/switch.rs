@@ -4,6 +4,10 @@
 //! * `api_refuses_bad_requests_and_changes_nothing`: every route answered,
 //!   then a table of bad requests, each with its status and message, and the
 //!   port list and FDB compared before and after.
+//! * `control_api_serves_only_root_and_its_user`: the control socket is
+//!   `0600` (another user's `vhuctl` cannot connect); with its mode loosened
+//!   to `0666` the switch still refuses that user (`SO_PEERCRED`): 403, a
+//!   logged refusal, the port it asked for not created; root still served.
 //! * `restart_keeps_ports_and_sigterm_removes_sockets`: ports created
 //!   through the API (one with a 200-byte socket directory) come back after
 //!   SIGTERM and after `kill -9`; SIGTERM leaves no socket behind.
@@ -237,6 +241,89 @@ PUT /log-level 400 "malformed" "debug"
         !std::path::Path::new("/sys/class/net/vhutap-api0").exists(),
         "the TAP goes with its port"
     );
+}
+
+/// Runs `vhuctl --socket SOCKET ARGS` as user `nobody`: (exit code,
+/// stdout + stderr).
+fn vhuctl_as_nobody(sw: &SwitchProc, args: &[&str]) -> (Option<i32>, String) {
+    let vhuctl = vhu_tests::switch::switch_bin().with_file_name("vhuctl");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&vhuctl)
+        .arg("--socket")
+        .arg(&sw.control)
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[test]
+#[ignore = "needs root and the peers: run scripts/test.sh"]
+fn control_api_serves_only_root_and_its_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let run = RunDir::new("switch-peercred");
+    let sw = SwitchProc::start(&run, "", &[]);
+    // `nobody` must reach the socket's directory for the mode to be what
+    // stops it.
+    for d in sw.control.ancestors().skip(1) {
+        if d.starts_with(run.path()) {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    let md = std::fs::metadata(&sw.control).unwrap();
+    assert_eq!(
+        (md.mode() & 0o777, md.uid()),
+        (0o600, 0),
+        "the control socket's mode and owner"
+    );
+    let create = [
+        "port",
+        "add",
+        "sneaky",
+        "--kind",
+        "vhost-user",
+        "--role",
+        "server",
+        "--socket",
+        "sneaky.sock",
+    ];
+    let (code, text) = vhuctl_as_nobody(&sw, &create);
+    assert_ne!(code, Some(0), "nobody reached a 0600 socket: {text}");
+    assert!(text.contains("Permission denied"), "{text}");
+
+    // Loosened by hand: the switch itself still says no.
+    std::fs::set_permissions(&sw.control, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, text) = vhuctl_as_nobody(&sw, &create);
+    assert_ne!(code, Some(0), "nobody was served: {text}");
+    assert!(
+        text.contains("uid 65534") && text.contains("may not use the control API"),
+        "{text}"
+    );
+    let (code, text) = vhuctl_as_nobody(&sw, &["port", "list"]);
+    assert_ne!(code, Some(0), "nobody read the ports: {text}");
+    assert_eq!(
+        sw.wait_log_count(
+            "control: connection refused: uid 65534",
+            2,
+            Duration::from_secs(5)
+        ),
+        2,
+        "refusals logged"
+    );
+    let ports: Vec<PortView> = sw.get("/ports");
+    assert!(
+        ports.is_empty(),
+        "a refused request changed the ports: {ports:?}"
+    );
+    assert!(!sw.sockets.join("sneaky.sock").exists());
+    // Root is served as before.
+    assert_eq!(sw.call("GET", "/live", "", 200), br#"{"status":"ok"}"#);
 }
 
 #[test]

@@ -9,6 +9,9 @@
 //! `/proc/self/fd/<fd>/<name>`, which the kernel resolves through the open
 //! directory. Only the file name must then fit, which it does unless it is
 //! itself some 90 bytes long.
+//!
+//! Also the credentials of a connected peer (`SO_PEERCRED`), for sockets
+//! that serve only some users.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -80,11 +83,72 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     UnixListener::bind(&s.path)
 }
 
+/// Who is at the other end of a Unix socket, as the kernel recorded it at
+/// `connect(2)` (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    /// The peer's process id (0 when it is in a PID namespace the kernel
+    /// cannot map into ours).
+    pub pid: i32,
+    /// Its effective user id.
+    pub uid: u32,
+    /// Its effective group id.
+    pub gid: u32,
+}
+
+/// The credentials of the peer of `s`.
+///
+/// # Errors
+/// As `getsockopt(2)`.
+pub fn peer_cred(s: &UnixStream) -> io::Result<PeerCred> {
+    let mut c = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `c` is a writable `ucred` and `len` its size; the kernel
+    // writes at most `len` bytes there and the new length into `len`. The
+    // fd is owned by `s`, alive for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut c as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred {
+        pid: c.pid,
+        uid: c.uid,
+        gid: c.gid,
+    })
+}
+
+/// This process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: `geteuid` takes nothing and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
 
     use super::*;
+
+    #[test]
+    fn peer_cred_is_this_process() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let c = peer_cred(&a).unwrap();
+        assert_eq!(c.pid, std::process::id() as i32);
+        assert_eq!(c.uid, effective_uid());
+        assert_eq!(peer_cred(&b).unwrap(), c);
+    }
 
     #[test]
     fn long_paths_bind_and_connect() {

@@ -49,7 +49,9 @@ mod tests {
             "documented paths without a route"
         );
         // What every request body and every port name can get, documented;
-        // and the 400 that every route answers to an unknown query parameter.
+        // the 400 that every route answers to an unknown query parameter and
+        // the 403 it answers to a peer that is neither root nor the switch's
+        // user.
         for (path, item) in paths {
             for (method, op) in item.as_object().unwrap() {
                 if method == "parameters" {
@@ -61,7 +63,7 @@ mod tests {
                     .keys()
                     .map(String::as_str)
                     .collect();
-                let mut want = vec!["400"];
+                let mut want = vec!["400", "403"];
                 if !op["requestBody"].is_null() {
                     want.extend(["413", "415", "422"]);
                 }

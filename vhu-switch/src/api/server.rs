@@ -3,6 +3,11 @@
 //! most [`MAX_CONNECTIONS`] at once; more get a 503), one request per
 //! connection, with read and write timeouts so that a stuck client holds
 //! nothing but its own thread.
+//!
+//! Only root and the switch's own user may use it: the socket is `0600`,
+//! and each connection's peer is checked with `SO_PEERCRED` as well (a mode
+//! an operator loosened, or the moment between `bind` and `chmod`, lets
+//! nobody else in); others get a 403 and the refusal is logged.
 
 use std::io::{BufWriter, Read, Write};
 use std::os::fd::AsRawFd;
@@ -80,6 +85,21 @@ pub fn serve(
     Ok(())
 }
 
+/// Whether the peer of `stream` may use the API: root or the switch's own
+/// effective user.
+fn admitted(stream: &UnixStream) -> Result<(), String> {
+    use vhost_net_backend::sys::unix::{effective_uid, peer_cred};
+    let me = effective_uid();
+    match peer_cred(stream) {
+        Ok(c) if c.uid == 0 || c.uid == me => Ok(()),
+        Ok(c) => Err(format!(
+            "uid {} (pid {}) may not use the control API: only root and uid {me} may",
+            c.uid, c.pid
+        )),
+        Err(e) => Err(format!("the peer's credentials are unreadable: {e}")),
+    }
+}
+
 fn connection(stream: UnixStream, sw: &Arc<Switch>, openapi: &str) {
     if stream.set_nonblocking(false).is_err()
         || stream.set_read_timeout(Some(IO_TIMEOUT)).is_err()
@@ -87,10 +107,22 @@ fn connection(stream: UnixStream, sw: &Arc<Switch>, openapi: &str) {
     {
         return;
     }
-    let req = match http::read_request(&mut &stream) {
-        Ok(r) => r,
-        Err(None) => return,
-        Err(Some(e)) => {
+    // The request is read (and dropped) before a refused peer's 403, so
+    // that it gets the answer rather than a reset connection.
+    let refused = admitted(&stream).err();
+    let req = match (http::read_request(&mut &stream), refused) {
+        (Ok(_) | Err(Some(_)), Some(why)) => {
+            tracing::warn!("control: connection refused: {why}");
+            let body = serde_json::to_vec(&vhu_api::ApiError::new(why)).unwrap_or_default();
+            let _ = Response::json(403, body).write_to(&mut &stream);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            let _ = stream.set_read_timeout(Some(DRAIN_TIMEOUT));
+            let _ = std::io::copy(&mut (&stream).take(MAX_DRAIN), &mut std::io::sink());
+            return;
+        }
+        (Ok(r), None) => r,
+        (Err(None), _) => return,
+        (Err(Some(e)), None) => {
             let body = serde_json::to_vec(&vhu_api::ApiError::new(e.message)).unwrap_or_default();
             let _ = Response::json(e.status, body).write_to(&mut &stream);
             // Read what the client still sends (an oversized body) before
