@@ -115,8 +115,8 @@ pub fn peer_cred(s: &UnixStream) -> io::Result<PeerCred> {
             s.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_PEERCRED,
-            (&mut c as *mut libc::ucred).cast(),
-            &mut len,
+            (&raw mut c).cast(),
+            &raw mut len,
         )
     };
     if r != 0 {
