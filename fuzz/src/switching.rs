@@ -19,8 +19,8 @@
 //! `hairpin` (a frame to its own new source address too; to its own
 //! address that is static on another port: forwarded there),
 //! broadcast/multicast/unknown flooded to the VLAN's other members (none:
-//! a `vlan_denied` drop), each copy's 802.1Q tag kept, popped, pushed or rewritten as
-//! the egress port's mode says (priority bits kept).
+//! a `vlan_denied` drop), each copy's 802.1Q tag kept, popped, pushed or
+//! rewritten as the egress port's mode says (priority bits kept).
 //!
 //! Oracle after every event: every guest received exactly the frames the
 //! model says, byte for byte (tag edits included) and in order, with a

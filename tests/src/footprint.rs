@@ -29,9 +29,7 @@ impl Footprint {
     ///
     /// If its `/proc` entries cannot be read.
     pub fn of(pid: u32) -> Self {
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"))
-            .count();
+        let fds = open_fds(pid);
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
         let rss_kb = status
@@ -75,6 +73,17 @@ impl Footprint {
             self.rss_kb
         );
     }
+}
+
+/// How many file descriptors process `pid` has open.
+///
+/// # Panics
+///
+/// If `/proc/PID/fd` cannot be read.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"))
+        .count()
 }
 
 /// The number and total size (KiB) of the shared mappings in a

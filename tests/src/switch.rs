@@ -16,7 +16,7 @@ use vhu_api::client::{self, ClientError};
 use vhu_api::PortStats;
 
 use crate::bins;
-use crate::footprint::Footprint;
+use crate::footprint::{open_fds, Footprint};
 use crate::testpmd::RunDir;
 
 /// The `vhu-switch` binary.
@@ -383,21 +383,24 @@ impl SwitchProc {
     /// If it still changes after 20 s.
     pub fn stable_footprint(&self, quiet: Duration) -> Footprint {
         let t0 = Instant::now();
-        let mut last = Footprint::of(self.pid());
+        let mut fds = open_fds(self.pid());
         let mut since = Instant::now();
         while since.elapsed() < quiet {
             assert!(
                 t0.elapsed() < Duration::from_secs(20),
-                "the switch's fd count keeps changing ({last:?})"
+                "the switch's fd count keeps changing (now {fds})"
             );
             std::thread::sleep(Duration::from_millis(50));
-            let now = Footprint::of(self.pid());
-            if now.fds != last.fds {
+            let now = open_fds(self.pid());
+            if now != fds {
+                fds = now;
                 since = Instant::now();
             }
-            last = now;
         }
-        last
+        Footprint {
+            fds,
+            ..Footprint::of(self.pid())
+        }
     }
 
     /// `POST /fdb` of a static entry (201).

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver, TxLayout};
 use vhu_tests::echo::Echo;
-use vhu_tests::footprint::Footprint;
+use vhu_tests::footprint::{open_fds, Footprint};
 use vhu_tests::testpmd::{self, FrontendOpts, RunDir, Testpmd};
 
 const ROUNDS: usize = 100;
@@ -55,7 +55,6 @@ fn settled(echo: &Echo, ended: usize) -> Footprint {
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = echo.pid();
-    let open_fds = |pid| Footprint::of(pid).fds;
     let mut fds = open_fds(pid);
     let mut since = Instant::now();
     while since.elapsed() < STABLE {

@@ -12,8 +12,9 @@
 //!      (a frontend that stays), and hangs up, 1000 times. The switch's
 //!      fds and shared mappings come back exactly to their count and size
 //!      after the first cycle, its RSS stays within a few MiB (each
-//!      connection maps 32 MiB of guest memory), it logged exactly 1001 connections of `r`, and the
-//!      counters of `r` and `q` are exactly 4 x 1001 each way, no drop.
+//!      connection maps 32 MiB of guest memory), it logged exactly 1001
+//!      connections of `r`, and the counters of `r` and `q` are exactly
+//!      4 x 1001 each way, no drop.
 //!   2. **SIGKILL of a frontend under traffic**: `dpdk-testpmd` on port `c`
 //!      is killed with SIGKILL; `a` to `b` goes on at a rate (1 s windows)
 //!      no lower than half the rate before; a new testpmd connects to `c`

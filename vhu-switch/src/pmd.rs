@@ -831,13 +831,13 @@ impl<'a> Burst<'a> {
                 }
             }
             Verdict::Flood { vlan } => {
-                let mut members = 0;
+                let mut member = false;
                 for j in 0..self.ports.len() as PortId {
                     if j != self.src_id && self.deliver(j, vlan, tci, hdr, head, frame) {
-                        members += 1;
+                        member = true;
                     }
                 }
-                if members == 0 {
+                if !member {
                     // No other port is in the VLAN: counted, not lost.
                     self.drops.add(DropReason::VlanDenied, 1);
                 }

@@ -113,26 +113,11 @@ fn connection(stream: UnixStream, sw: &Arc<Switch>, openapi: &str) {
     let req = match (http::read_request(&mut &stream), refused) {
         (Ok(_) | Err(Some(_)), Some(why)) => {
             tracing::warn!("control: connection refused: {why}");
-            let body = serde_json::to_vec(&vhu_api::ApiError::new(why)).unwrap_or_default();
-            let _ = Response::json(403, body).write_to(&mut &stream);
-            let _ = stream.shutdown(std::net::Shutdown::Write);
-            let _ = stream.set_read_timeout(Some(DRAIN_TIMEOUT));
-            let _ = std::io::copy(&mut (&stream).take(MAX_DRAIN), &mut std::io::sink());
-            return;
+            return answer_and_close(&stream, 403, why);
         }
         (Ok(r), None) => r,
         (Err(None), _) => return,
-        (Err(Some(e)), None) => {
-            let body = serde_json::to_vec(&vhu_api::ApiError::new(e.message)).unwrap_or_default();
-            let _ = Response::json(e.status, body).write_to(&mut &stream);
-            // Read what the client still sends (an oversized body) before
-            // closing: closing a Unix socket with unread data resets the
-            // connection, and the client would lose the answer.
-            let _ = stream.shutdown(std::net::Shutdown::Write);
-            let _ = stream.set_read_timeout(Some(DRAIN_TIMEOUT));
-            let _ = std::io::copy(&mut (&stream).take(MAX_DRAIN), &mut std::io::sink());
-            return;
-        }
+        (Err(Some(e)), None) => return answer_and_close(&stream, e.status, e.message),
     };
     tracing::debug!("control: {} {}", req.method, req.path);
     match routes::handle(&**sw, openapi, &req) {
@@ -141,6 +126,17 @@ fn connection(stream: UnixStream, sw: &Arc<Switch>, openapi: &str) {
         }
         Reply::Capture(c) => capture_stream(&stream, sw, &c),
     }
+}
+
+/// Answers `status` with `message` and closes, reading what the client
+/// still sends (an oversized body) first: closing a Unix socket with unread
+/// data resets the connection, and the client would lose the answer.
+fn answer_and_close(stream: &UnixStream, status: u16, message: String) {
+    let body = serde_json::to_vec(&vhu_api::ApiError::new(message)).unwrap_or_default();
+    let _ = Response::json(status, body).write_to(&mut &*stream);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(DRAIN_TIMEOUT));
+    let _ = std::io::copy(&mut stream.take(MAX_DRAIN), &mut std::io::sink());
 }
 
 /// Streams a capture until its count or time is reached or the client
