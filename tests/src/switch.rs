@@ -355,6 +355,21 @@ impl Drop for Capture {
 
 impl Drop for SwitchProc {
     fn drop(&mut self) {
+        if std::thread::panicking() && self.child.is_some() {
+            // What the switch counted when the test failed (non-zero).
+            for path in ["/fdb", "/metrics"] {
+                let got = match self.try_call("GET", path, None) {
+                    Ok((_, body)) => String::from_utf8_lossy(&body).into_owned(),
+                    Err(e) => format!("({e})"),
+                };
+                let text: String = got
+                    .lines()
+                    .filter(|l| !l.starts_with('#') && !l.ends_with(" 0"))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                eprintln!("----- GET {path} -----\n{text}");
+            }
+        }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();

@@ -324,6 +324,9 @@ pub struct LoopCycles {
     pub idle_cycles: AtomicU64,
     /// Frames moved.
     pub frames: AtomicU64,
+    /// Rounds that moved frames: `frames / busy_rounds` is the average
+    /// burst a round carried.
+    pub busy_rounds: AtomicU64,
 }
 
 impl LoopCycles {
@@ -347,7 +350,7 @@ impl LoopCycles {
 /// charged, from the end of the previous one, to busy or idle.
 ///
 /// Hot path: a round that moved frames reads the TSC once (not the clock)
-/// and stores (no atomic read-modify-write) two counters.
+/// and stores (no atomic read-modify-write) three counters.
 #[derive(Debug, Clone)]
 pub struct PollLoop {
     mode: PollMode,
@@ -365,6 +368,7 @@ pub struct PollLoop {
     busy: u64,
     idle_total: u64,
     frames: u64,
+    busy_rounds: u64,
 }
 
 impl PollLoop {
@@ -382,6 +386,7 @@ impl PollLoop {
             busy: 0,
             idle_total: 0,
             frames: 0,
+            busy_rounds: 0,
         }
     }
 
@@ -400,8 +405,12 @@ impl PollLoop {
         if moved > 0 {
             self.busy += d;
             self.frames += moved as u64;
+            self.busy_rounds += 1;
             self.cycles.busy_cycles.store(self.busy, Ordering::Relaxed);
             self.cycles.frames.store(self.frames, Ordering::Relaxed);
+            self.cycles
+                .busy_rounds
+                .store(self.busy_rounds, Ordering::Relaxed);
         } else {
             self.idle_total += d;
             self.cycles
@@ -548,6 +557,7 @@ mod tests {
             l.round(32, false, &mut q, &mut p).unwrap();
         }
         assert_eq!(c.frames.load(Ordering::Relaxed), 96);
+        assert_eq!(c.busy_rounds.load(Ordering::Relaxed), 3);
         assert!(c.busy_cycles.load(Ordering::Relaxed) > 0);
         assert!(c.idle_cycles.load(Ordering::Relaxed) > 0);
         let f = c.busy_fraction().unwrap();

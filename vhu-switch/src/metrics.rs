@@ -16,7 +16,7 @@
 //! | `vhu_port_rx_dropped_total`, `vhu_port_tx_dropped_total` | counter | `port`, `queue`, `reason` |
 //! | `vhu_port_connected` | gauge | `port`, `kind` |
 //! | `vhu_port_announces_total`, `vhu_port_announces_refused_total` | counter | `port` |
-//! | `vhu_pmd_busy_cycles_total`, `vhu_pmd_idle_cycles_total`, `vhu_pmd_frames_total` | counter | `pmd` |
+//! | `vhu_pmd_busy_cycles_total`, `vhu_pmd_idle_cycles_total`, `vhu_pmd_frames_total`, `vhu_pmd_busy_rounds_total` | counter | `pmd` |
 //! | `vhu_fdb_entries` | gauge | |
 //! | `vhu_fdb_learned_total`, `vhu_fdb_moved_total`, `vhu_fdb_aged_total`, `vhu_fdb_limit_hits_total` | counter | |
 
@@ -59,6 +59,8 @@ pub struct PmdSample {
     pub idle_cycles: u64,
     /// Frames it moved.
     pub frames: u64,
+    /// Polls that moved frames (frames / busy rounds: the average burst).
+    pub busy_rounds: u64,
 }
 
 /// Everything `/metrics` shows.
@@ -184,7 +186,7 @@ const ANNOUNCE_FAMILIES: [Family<PortSample>; 2] = [
     ),
 ];
 
-const PMD_FAMILIES: [Family<PmdSample>; 3] = [
+const PMD_FAMILIES: [Family<PmdSample>; 4] = [
     (
         "vhu_pmd_busy_cycles_total",
         "TSC cycles the PMD thread spent in polls that moved frames.",
@@ -199,6 +201,11 @@ const PMD_FAMILIES: [Family<PmdSample>; 3] = [
         "vhu_pmd_frames_total",
         "Frames the PMD thread moved.",
         |p| p.frames,
+    ),
+    (
+        "vhu_pmd_busy_rounds_total",
+        "Polls of all the PMD's queues that moved frames (frames / busy rounds: the average burst).",
+        |p| p.busy_rounds,
     ),
 ];
 
@@ -326,6 +333,7 @@ mod tests {
                 busy_cycles: 100,
                 idle_cycles: 7,
                 frames: 5,
+                busy_rounds: 2,
             }],
             fdb_entries: 3,
             fdb: FdbCounters {
@@ -344,6 +352,7 @@ mod tests {
         ));
         assert!(t.contains("vhu_port_connected{port=\"vm\\\"1\",kind=\"vhost-user\"} 1\n"));
         assert!(t.contains("vhu_pmd_busy_cycles_total{pmd=\"0\"} 100\n"));
+        assert!(t.contains("vhu_pmd_busy_rounds_total{pmd=\"0\"} 2\n"));
         assert!(
             t.contains("vhu_port_announces_total{port=\"vm\\\"1\"} 2\n"),
             "{t}"

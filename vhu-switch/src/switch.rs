@@ -843,6 +843,7 @@ impl Control for Switch {
                 busy_cycles: ld(&h.counters.busy_cycles),
                 idle_cycles: ld(&h.counters.idle_cycles),
                 frames: ld(&h.counters.frames),
+                busy_rounds: ld(&h.counters.busy_rounds),
             })
             .collect();
         metrics::render(&Snapshot {

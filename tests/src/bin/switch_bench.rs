@@ -178,6 +178,8 @@ struct Cycles {
     per_frame: f64,
     busy: f64,
     frames: u64,
+    /// Frames per busy round (ours only: `vhu_pmd_busy_rounds_total`).
+    per_round: Option<f64>,
 }
 
 /// The value of `name` in Prometheus text, summed over its label sets.
@@ -220,6 +222,7 @@ fn parse_testpmd_cycles(out: &str, elapsed: Duration) -> Option<Cycles> {
         per_frame: number_after(line, "CPU cycles/packet=")?,
         busy: total / (mhz * 1e6 * elapsed.as_secs_f64()),
         frames: frames as u64,
+        per_round: None,
     })
 }
 
@@ -235,6 +238,7 @@ fn parse_ovs_cycles(out: &str, core: u32) -> Option<Cycles> {
         per_frame: number_after(block, "avg processing cycles per packet:")?,
         busy: busy / (busy + idle).max(1.0),
         frames: frames as u64,
+        per_round: None,
     })
 }
 
@@ -587,14 +591,16 @@ impl Running {
         }
     }
 
-    /// Our counters' raw values (busy, idle, frames), summed over PMDs.
-    fn vhu_counters(sw: &SwitchProc) -> Result<[u64; 3], String> {
+    /// Our counters' raw values (busy, idle, frames, busy rounds), summed
+    /// over PMDs.
+    fn vhu_counters(sw: &SwitchProc) -> Result<[u64; 4], String> {
         let m = String::from_utf8_lossy(&sw.call("GET", "/metrics", "", 200)).into_owned();
         let get = |n: &str| metric_sum(&m, n).ok_or(format!("no {n} in /metrics:\n{m}"));
         Ok([
             get("vhu_pmd_busy_cycles_total")?,
             get("vhu_pmd_idle_cycles_total")?,
             get("vhu_pmd_frames_total")?,
+            get("vhu_pmd_busy_rounds_total")?,
         ])
     }
 
@@ -605,11 +611,11 @@ impl Running {
             Self::Vhu(sw, _) => Ok(CyclesStart(t0, Self::vhu_counters(sw)?)),
             Self::XConnect(be, _) => {
                 be.command("clear fwd stats all");
-                Ok(CyclesStart(t0, [0; 3]))
+                Ok(CyclesStart(t0, [0; 4]))
             }
             Self::Ovs(o) => {
                 o.appctl("ovs-vswitchd", &["dpif-netdev/pmd-stats-clear"])?;
-                Ok(CyclesStart(t0, [0; 3]))
+                Ok(CyclesStart(t0, [0; 4]))
             }
         }
     }
@@ -617,13 +623,14 @@ impl Running {
     fn cycles_end(&mut self, start: CyclesStart) -> Result<Cycles, String> {
         match self {
             Self::Vhu(sw, _) => {
-                let [b1, i1, f1] = Self::vhu_counters(sw)?;
-                let [b0, i0, f0] = start.1;
-                let (b, i, f) = (b1 - b0, i1 - i0, f1 - f0);
+                let [b1, i1, f1, r1] = Self::vhu_counters(sw)?;
+                let [b0, i0, f0, r0] = start.1;
+                let (b, i, f, r) = (b1 - b0, i1 - i0, f1 - f0, r1 - r0);
                 Ok(Cycles {
                     per_frame: b as f64 / f.max(1) as f64,
                     busy: b as f64 / (b + i).max(1) as f64,
                     frames: f,
+                    per_round: Some(f as f64 / r.max(1) as f64),
                 })
             }
             Self::XConnect(be, _) => {
@@ -668,7 +675,7 @@ impl Running {
 }
 
 /// When the window started, and our counters then.
-struct CyclesStart(Instant, [u64; 3]);
+struct CyclesStart(Instant, [u64; 4]);
 
 // ===== The frontend =====
 
@@ -957,7 +964,7 @@ fn main() -> ExitCode {
                     Ok(s) => {
                         println!(
                             "run size={size} rep={rep} switch={}: {:.2} Mpps ({:.2} Gbps, host clock \
-                             {:.2}), avg frame {:.1} B, per port (rx, tx) {}; {:.1} busy cycles/frame, \
+                             {:.2}), avg frame {:.1} B, per port (rx, tx) {}; {:.1} busy cycles/frame{}, \
                              busy {:.1} %; pre-run busy {:.1} %, foreign cpu {:.1} %, steal {:.1} %{}",
                             kind.name(),
                             s.t.mpps(),
@@ -970,6 +977,9 @@ fn main() -> ExitCode {
                                 .collect::<Vec<_>>()
                                 .join(" "),
                             s.cycles.per_frame,
+                            s.cycles
+                                .per_round
+                                .map_or(String::new(), |r| format!(" ({r:.1} frames/busy round)")),
                             s.cycles.busy * 100.0,
                             s.pre_busy * 100.0,
                             s.t.foreign * 100.0,

@@ -140,6 +140,11 @@ pub(super) struct Vring {
     registered_kick: Option<i32>,
     pub(super) counters: BurstCounters,
     reported_broken: bool,
+    /// Used entries were published while the ring had no call eventfd
+    /// (a frontend sets it after the ring starts: `SET_VRING_KICK` comes
+    /// first): the guest is signalled once when one arrives, or it could
+    /// wait forever for buffers it already has.
+    missed_signal: bool,
 }
 
 impl Vring {
@@ -155,6 +160,7 @@ impl Vring {
             registered_kick: None,
             counters: BurstCounters::default(),
             reported_broken: false,
+            missed_signal: false,
         }
     }
 
@@ -217,6 +223,15 @@ impl Vring {
             }
         }
         self.cfg = desired;
+        if self.missed_signal && self.ring.is_some() {
+            if let Some(call) = self.cfg.as_ref().and_then(|c| c.call.as_ref()) {
+                // Spurious at worst: the guest finds nothing new and
+                // carries on.
+                let _ = (&**call).write(&1u64.to_ne_bytes());
+                self.counters.notifications += 1;
+                self.missed_signal = false;
+            }
+        }
         self.update_kick_registration();
         self.applied_gen = self.shared.gen.load(Ordering::Acquire);
         slot.applied = self.applied_gen;
@@ -278,12 +293,19 @@ impl Vring {
                 self.reported_broken = true;
                 self.counters.drop(DropReason::RingBroken);
             }
-            if ring.publish_used() && ring.needs_notification() {
-                if let Some(call) = self.cfg.as_ref().and_then(|c| c.call.as_ref()) {
-                    // EAGAIN (counter saturated) still leaves an interrupt
-                    // pending for the guest.
-                    let _ = (&**call).write(&1u64.to_ne_bytes());
-                    self.counters.notifications += 1;
+            if ring.publish_used() {
+                // Without a call eventfd the driver's interrupt suppression
+                // is not consulted: it would count a signal nobody got.
+                match self.cfg.as_ref().and_then(|c| c.call.as_ref()) {
+                    Some(call) => {
+                        if ring.needs_notification() {
+                            // EAGAIN (counter saturated) still leaves an
+                            // interrupt pending for the guest.
+                            let _ = (&**call).write(&1u64.to_ne_bytes());
+                            self.counters.notifications += 1;
+                        }
+                    }
+                    None => self.missed_signal = true,
                 }
             }
         }

@@ -486,6 +486,33 @@ impl TestDriver {
         Ok(())
     }
 
+    /// Sends `SET_VRING_CALL` for `vring`: its call eventfd (`attach`), or
+    /// none (`VHOST_USER_VRING_NOFD_MASK`: a frontend that polls, or one
+    /// that has not set its eventfd yet).
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::NoSuchVring`], or the request failed.
+    pub fn set_vring_call(&mut self, vring: usize, attach: bool) -> Result<(), DriverError> {
+        let v = self
+            .vrings
+            .get(vring)
+            .ok_or(DriverError::NoSuchVring(vring))?;
+        if attach {
+            req(
+                "SET_VRING_CALL",
+                self.frontend.set_vring_call(vring, &v.call),
+            )
+        } else {
+            const NOFD: u64 = 0x100;
+            let code = u32::from(FrontendReq::SET_VRING_CALL);
+            self.send_raw(code, 0, &(vring as u64 | NOFD).to_le_bytes(), &[])?;
+            // A request with a reply: the backend has handled the one
+            // without when it answers.
+            req("GET_FEATURES", self.frontend.get_features()).map(|_| ())
+        }
+    }
+
     /// Sends `GET_VRING_BASE`, which stops the vring; returns the backend's next avail index.
     /// The driver keeps its ring state, so buffers still in flight stay accounted for.
     ///

@@ -407,6 +407,51 @@ fn event_idx_used_event_suppresses_interrupts() {
     stop_clean(echo, &drv, tally, "used_event");
 }
 
+/// A frontend may set a vring's call eventfd after the ring runs (QEMU sends
+/// `SET_VRING_KICK` first) or take it away: frames delivered without one
+/// interrupt the guest once it arrives, or a guest waiting for them would
+/// never refill its buffers (a migrated guest did not, under load).
+#[test]
+fn frames_delivered_without_a_call_eventfd_are_signalled_when_it_arrives() {
+    let (echo, mut drv) = with_rx_buffers("call-late");
+    let mut tally = Tally::default();
+    round_trip_tallied(&mut drv, 0, &[frame(60, 1)], &mut tally);
+    echo.settle(0, 1, 1);
+    let rx = drv.vring_index(0, true).unwrap();
+    drv.set_vring_call(rx, false).unwrap();
+    drv.take_call(0, true);
+    let notified = echo.counters(0).rx.notifications;
+    let cur = drv.used_idx(0, true).unwrap();
+    let f = frame(100, seed(0, 1, 0));
+    let hdr = drv.zero_hdr();
+    drv.send_frame(0, &hdr, &f, TxLayout::Single).unwrap();
+    drv.kick_tx(0);
+    assert_eq!(drv.tx_completions_until(0, 1, TIMEOUT).len(), 1);
+    wait_until("the frame in the used ring", || {
+        drv.used_idx(0, true).unwrap() == cur.wrapping_add(1)
+    });
+    echo.settle(0, 2, 2);
+    assert!(!drv.take_call(0, true), "a signal on a detached eventfd");
+    echo.sync();
+    assert_eq!(echo.counters(0).rx.notifications, notified);
+    drv.set_vring_call(rx, true).unwrap();
+    wait_until("the interrupt on the eventfd set afterwards", || {
+        drv.take_call(0, true)
+    });
+    echo.sync();
+    assert_eq!(echo.counters(0).rx.notifications, notified + 1);
+    let got = drv.recv_frames(0);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].data == echoed(&f));
+    tally.add(std::slice::from_ref(&f));
+    // Interrupts go on as before.
+    round_trip_tallied(&mut drv, 0, &[frame(80, 2)], &mut tally);
+    wait_until("the next interrupt", || {
+        echo.counters(0).rx.notifications > notified + 1
+    });
+    stop_clean(echo, &drv, tally, "call-late");
+}
+
 #[test]
 fn no_interrupt_flag_suppresses_interrupts_without_event_idx() {
     let (echo, mut drv) = connect_offering("no-interrupt", DEFAULT_FEATURES & !bits::EVENT_IDX);
