@@ -357,6 +357,27 @@ unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// Asks the CPU to bring the cache line at `addr` in (for writing when
+/// `write`). A hint: it never faults, whatever the address.
+#[inline(always)]
+pub(crate) fn prefetch(addr: usize, write: bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
+        // SAFETY: a prefetch does not access memory architecturally: it
+        // cannot fault or change what any load returns, for any address.
+        unsafe {
+            if write {
+                _mm_prefetch::<_MM_HINT_ET0>(addr as *const i8);
+            } else {
+                _mm_prefetch::<_MM_HINT_T0>(addr as *const i8);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (addr, write);
+}
+
 /// Reads a 16-byte descriptor at host address `p` as two little-endian
 /// words (address, then the rest), volatile: two loads when `p` is 8-aligned
 /// (ring tables always are), byte by byte otherwise (an indirect table at an
