@@ -30,11 +30,22 @@
 //!      sends 64 more: `r` receives the 128, byte-exact, in order; the switch
 //!      logged each new table (one per re-send).
 //!
-//!   At the end `b` received exactly what `a` sent it (and the switch's
+//!   6. **Frontends SIGKILLed mid-negotiation**: 50 `fault-frontend`
+//!      processes (the in-process driver in a process of its own) connect
+//!      to port `k`, each stopped at one step of its bring-up (every step,
+//!      from the bare connection to the last `SET_VRING_ENABLE`, in turn)
+//!      or while it sends, and are killed there. The switch is the same
+//!      process afterwards, saw each connection end, has the same fds and
+//!      mappings as after the first kill, reports `k` down, and takes a new
+//!      frontend's frames on `k`.
+//!   7. **SIGTERM with frontends connected** (testpmd on `c`, a driver on
+//!      `q`, the uplink open): the switch exits 0 within 1 s.
+//!
+//!   Before 7, `b` received exactly what `a` sent it (and the switch's
 //!   counters of `a` and `b` agree), nothing dropped.
 //! * `switch_killed_during_api_writes_keeps_a_consistent_state`: a client
 //!   creates and deletes ports as fast as the API answers while the switch
-//!   is killed with SIGKILL at a random moment, 20 times; each restart on
+//!   is killed with SIGKILL at a random moment, 100 times; each restart on
 //!   the same state directory loads `ports.json` (valid JSON, every port
 //!   whole), and the ports are exactly the state after the last
 //!   acknowledged write or after the one in flight, never anything else.
@@ -61,6 +72,7 @@ const MAC_C: &str = "02:00:00:fa:00:0c";
 const MAC_S: &str = "02:00:00:fa:00:05";
 const MAC_R: &str = "02:00:00:fa:00:01";
 const MAC_Q: &str = "02:00:00:fa:00:02";
+const MAC_K: &str = "02:00:00:fa:00:4b";
 
 /// Frames `a` sends to `b` per step of the stream (and half as many to `c`).
 const BURST: usize = 16;
@@ -317,13 +329,18 @@ vlan = 30
 name = "q"
 kind = "vhost-user"
 vlan = 30
+
+[[port]]
+name = "k"
+kind = "vhost-user"
+vlan = 40
 "#;
 
 #[test]
 #[ignore = "needs root and the peers: run scripts/test.sh"]
 fn faults_under_traffic_lose_nothing() {
     let run = RunDir::new("faults");
-    let sw = SwitchProc::start(&run, CONFIG, &[]);
+    let mut sw = SwitchProc::start(&run, CONFIG, &[]);
     for (mac, port, vlan) in [
         (MAC_B, "b", 10),
         (MAC_C, "c", 10),
@@ -502,6 +519,9 @@ fn faults_under_traffic_lose_nothing() {
     assert_eq!(qs[0].total.tx_packets, base + 128, "q's counter");
     r.disconnect();
 
+    // ----- 6. a frontend SIGKILLed at every point of its negotiation -----
+    kill_frontends(&sw);
+
     // ----- the stream lost nothing -----
     let c = stream.finish();
     let (sent_ab, recv_b) = (
@@ -529,22 +549,194 @@ fn faults_under_traffic_lose_nothing() {
         (sent_ab, 0),
         "b's counter"
     );
+
+    // ----- 7. SIGTERM with frontends connected -----
+    for p in ["c", "q"] {
+        let v: PortView = sw.get(&format!("/ports/{p}"));
+        assert!(v.state.connected, "{p} before SIGTERM: {v:?}");
+    }
+    let t0 = Instant::now();
+    let st = sw.stop();
+    let took = t0.elapsed();
+    println!("SIGTERM with testpmd on c, a driver on q and the uplink: exited {st} in {took:?}");
+    assert!(st.success(), "SIGTERM: {st}\n{}", sw.log());
+    assert!(
+        took < Duration::from_secs(1),
+        "the switch took {took:?} to exit after SIGTERM\n{}",
+        sw.log()
+    );
+    drop(q);
     drop(tp);
+}
+
+// ===== 6. frontends SIGKILLed =====
+
+/// Frontend processes killed on port `k`.
+const FRONTEND_KILLS: usize = 50;
+
+/// A `fault-frontend` process on port `k`'s socket, stopped at step
+/// `stop` of its bring-up (past the last: sending): returns it once it
+/// says it is there, with what it said.
+fn frontend_at(sw: &SwitchProc, bin: &Path, stop: usize) -> (std::process::Child, String) {
+    let mut child = std::process::Command::new(bin)
+        .arg(sw.sockets.join("k.sock"))
+        .arg(stop.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("spawn fault-frontend");
+    let out = child.stdout.take().expect("its stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        use std::io::BufRead;
+        let mut said = String::new();
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            said.push_str(&line);
+            said.push('\n');
+            if line.starts_with("stopped after") || line == "sending" {
+                let _ = tx.send(said.clone());
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(said) => (child, said),
+        Err(_) => {
+            let _ = child.kill();
+            panic!(
+                "fault-frontend (stop {stop}) did not reach its point: {:?}\n{}",
+                child.wait(),
+                sw.log()
+            );
+        }
+    }
+}
+
+/// Check 6: `FRONTEND_KILLS` frontend processes on port `k`, each
+/// SIGKILLed at a point of its bring-up (every step in turn) or while it
+/// sends: the switch stays up, sees each connection end, keeps its fds and
+/// mappings, and the port serves a new frontend afterwards.
+fn kill_frontends(sw: &SwitchProc) {
+    let bin = vhu_tests::bins::release_bin("fault-frontend", "VHU_FAULT_FRONTEND");
+    let gone = |sw: &SwitchProc| {
+        let log = sw.log();
+        (
+            log.matches("port k: frontend disconnected").count(),
+            log.matches("port k: closing the connection").count(),
+        )
+    };
+    let pid = sw.pid();
+    let mut seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    // The first one runs through: how many steps a bring-up has.
+    let (mut child, said) = frontend_at(sw, &bin, usize::MAX);
+    let steps: usize = said
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("up after ")?
+                .strip_suffix(" steps")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("fault-frontend said {said:?}"));
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    let wait_gone = |n: usize| {
+        let t0 = Instant::now();
+        loop {
+            let (d, c) = gone(sw);
+            if d + c >= n {
+                return (d, c);
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the switch saw {} of {n} killed connections end\n{}",
+                d + c,
+                sw.log()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wait_gone(1);
+    let base = sw.stable_footprint(Duration::from_millis(500));
+    let mut at = BTreeSet::new();
+    let t0 = Instant::now();
+    for i in 1..FRONTEND_KILLS {
+        // Every step of the bring-up in turn, and every few kills one in
+        // traffic, after a random 0-20 ms of sending.
+        let stop = i % (steps + 2);
+        let (mut child, said) = frontend_at(sw, &bin, stop);
+        if stop >= steps {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            thread::sleep(Duration::from_millis((seed >> 33) % 20));
+        }
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        at.insert(said.lines().last().unwrap_or_default().to_string());
+        wait_gone(i + 1);
+    }
+    let took = t0.elapsed();
+    let (d, c) = wait_gone(FRONTEND_KILLS);
+    let after = sw.stable_footprint(Duration::from_millis(500));
+    println!(
+        "{FRONTEND_KILLS} frontends SIGKILLed on k in {took:?} ({steps} bring-up steps, \
+         each hit; points: {at:?}); the switch saw {d} disconnects, {c} closed for an error; \
+         footprint {base:?} -> {after:?}"
+    );
+    assert_eq!(sw.pid(), pid, "the switch is the same process");
+    assert_eq!(d + c, FRONTEND_KILLS, "connections of k that ended");
+    assert_eq!(
+        at.iter().filter(|p| p.starts_with("stopped after")).count(),
+        steps,
+        "distinct bring-up steps a frontend was killed at: {at:?}"
+    );
+    after.assert_no_growth(
+        &base,
+        RSS_SLACK_KB,
+        &format!("{FRONTEND_KILLS} killed frontends"),
+    );
+    let v: PortView = sw.get("/ports/k");
+    assert!(!v.state.connected, "k is connected with no frontend: {v:?}");
+    // The port takes a new frontend and its frames.
+    let before = sw.settle(&["k"]).remove(0).total.tx_packets;
+    let mut k = driver(sw, "k");
+    let frames: Vec<Vec<u8>> = (0..10)
+        .map(|i| frame("ff:ff:ff:ff:ff:ff", MAC_K, i))
+        .collect();
+    assert_eq!(send_all(&mut k, &frames, Duration::from_secs(5)), 10);
+    let st = sw.settle(&["k"]).remove(0);
+    let v: PortView = sw.get("/ports/k");
+    assert!(v.state.connected, "k after the kills: {v:?}");
+    assert_eq!(
+        st.total.tx_packets - before,
+        10,
+        "frames k took afterwards: {st:?}"
+    );
+    k.disconnect();
 }
 
 // ===== 5. SIGKILL during API writes =====
 
-/// Write `k` of round `round`: create `rRpK`, and every third write delete
-/// the oldest port of the round still there instead.
+/// Ports above which every other write is a delete (so that the restarts,
+/// which create every persisted port again, stay quick over the rounds).
+const KILL_PORTS: usize = 40;
+
+/// Write `k` of round `round`: create `rRpK`, and every third write (every
+/// other one above [`KILL_PORTS`]) delete the oldest port instead.
 fn apply(ports: &mut BTreeSet<String>, round: usize, k: usize) -> (String, String) {
-    if k % 3 == 2 {
-        let prefix = format!("r{round}p");
+    if k % 3 == 2 || (ports.len() >= KILL_PORTS && k % 2 == 1) {
+        let order = |p: &String| -> (usize, usize) {
+            let (r, k) = p[1..].split_once('p').expect("rRpK");
+            (r.parse().unwrap(), k.parse().unwrap())
+        };
         let oldest = ports
             .iter()
-            .filter(|p| p.starts_with(&prefix))
-            .min_by_key(|p| p[prefix.len()..].parse::<usize>().unwrap())
+            .min_by_key(|p| order(p))
             .cloned()
-            .expect("a port of the round");
+            .expect("a port to delete");
         ports.remove(&oldest);
         ("DELETE".into(), oldest)
     } else {
@@ -580,7 +772,7 @@ fn persisted(state: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-const KILL_ROUNDS: usize = 20;
+const KILL_ROUNDS: usize = 100;
 
 #[test]
 #[ignore = "needs root and the peers: run scripts/test.sh"]

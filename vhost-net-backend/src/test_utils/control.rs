@@ -200,17 +200,23 @@ impl TestDriver {
 
     /// The QEMU-like bring-up sequence.
     pub(super) fn bring_up(&mut self) -> Result<(), DriverError> {
+        let step = self.opts.after_request.unwrap_or(|_| ());
+        step("CONNECT");
         let fe = &mut self.frontend;
         req("SET_OWNER", fe.set_owner())?;
+        step("SET_OWNER");
         self.offered = req("GET_FEATURES", fe.get_features())?;
+        step("GET_FEATURES");
         let has_proto = self.offered & VHOST_USER_F_PROTOCOL_FEATURES != 0;
         if has_proto {
             self.offered_proto = req("GET_PROTOCOL_FEATURES", fe.get_protocol_features())?;
+            step("GET_PROTOCOL_FEATURES");
             self.acked_proto = self.offered_proto & self.opts.protocol_features;
             req(
                 "SET_PROTOCOL_FEATURES",
                 fe.set_protocol_features(self.acked_proto),
             )?;
+            step("SET_PROTOCOL_FEATURES");
             // Only now: some backends (DPDK) answer NEED_REPLY on any message, negotiated or
             // not, while the vhost crate only waits for the ack once REPLY_ACK is acked.
             if self.opts.need_reply
@@ -223,6 +229,7 @@ impl TestDriver {
         }
         let max_pairs = if self.acked_proto.contains(VhostUserProtocolFeatures::MQ) {
             let n = self.raw_get_queue_num()?;
+            step("GET_QUEUE_NUM");
             self.queue_num = Some(n);
             n
         } else {
@@ -239,6 +246,7 @@ impl TestDriver {
             | (self.offered & VHOST_USER_F_PROTOCOL_FEATURES);
         let fe = &mut self.frontend;
         req("SET_FEATURES", fe.set_features(self.acked))?;
+        step("SET_FEATURES");
 
         let regions = region_infos(&self.mem)?;
         let slots = self
@@ -246,6 +254,7 @@ impl TestDriver {
             .contains(VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS);
         if self.opts.mem_table == MemTableMode::AddMemReg && slots {
             let max = req("GET_MAX_MEM_SLOTS", fe.get_max_mem_slots())?;
+            step("GET_MAX_MEM_SLOTS");
             self.max_mem_slots = Some(max);
             if (regions.len() as u64) > max {
                 return Err(DriverError::TooManyRegions {
@@ -255,9 +264,11 @@ impl TestDriver {
             }
             for r in &regions {
                 req("ADD_MEM_REG", fe.add_mem_region(r))?;
+                step("ADD_MEM_REG");
             }
         } else {
             req("SET_MEM_TABLE", fe.set_mem_table(&regions))?;
+            step("SET_MEM_TABLE");
         }
 
         for qp in 0..self.opts.queue_pairs {
@@ -267,6 +278,7 @@ impl TestDriver {
             if has_proto {
                 let on = qp < self.opts.active_pairs;
                 self.set_pair_enabled(qp, on)?;
+                step("SET_VRING_ENABLE");
             }
         }
         Ok(())
@@ -296,12 +308,18 @@ impl TestDriver {
             avail_ring_addr: hva(v.addrs.avail)?,
             log_addr: None,
         };
+        let step = self.opts.after_request.unwrap_or(|_| ());
         let fe = &self.frontend;
         req("SET_VRING_NUM", fe.set_vring_num(index, v.addrs.size))?;
+        step("SET_VRING_NUM");
         req("SET_VRING_BASE", fe.set_vring_base(index, base))?;
+        step("SET_VRING_BASE");
         req("SET_VRING_ADDR", fe.set_vring_addr(index, &config))?;
+        step("SET_VRING_ADDR");
         req("SET_VRING_KICK", fe.set_vring_kick(index, &v.kick))?;
+        step("SET_VRING_KICK");
         req("SET_VRING_CALL", fe.set_vring_call(index, &v.call))?;
+        step("SET_VRING_CALL");
         Ok(())
     }
 

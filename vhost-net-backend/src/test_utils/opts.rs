@@ -57,6 +57,11 @@ pub struct DriverOpts {
     /// Read timeout on the vhost-user socket, so a backend that never replies fails the test
     /// instead of hanging it. `None` blocks forever.
     pub reply_timeout: Option<Duration>,
+    /// Called during the bring-up once the connection is made (`"CONNECT"`) and after each
+    /// step of it (a request answered, or sent when it has no reply; `SET_VRING_ENABLE` once
+    /// per queue pair), with the step's name. Fault tests run the driver in a process of its
+    /// own and stop it there, to kill it at a chosen point of its negotiation.
+    pub after_request: Option<fn(&'static str)>,
 }
 
 impl Default for DriverOpts {
@@ -76,6 +81,7 @@ impl Default for DriverOpts {
             need_reply: true,
             always_kick: false,
             reply_timeout: Some(Duration::from_secs(10)),
+            after_request: None,
         }
     }
 }
