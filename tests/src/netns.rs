@@ -606,6 +606,49 @@ impl VethPair {
         v
     }
 
+    /// Deletes the pair and, `gap` later, creates it again under the same
+    /// names, with the same MAC addresses, the peer end in the same namespace, both ends up
+    /// and IPv6 off (what an interface deleted and re-created under a
+    /// running backend looks like: same name, new index). Addresses on the
+    /// peer end are not restored.
+    ///
+    /// # Panics
+    ///
+    /// If a command fails.
+    pub fn recreate(&self, gap: std::time::Duration) {
+        let (host_mac, peer_mac) = (self.host_mac(), self.peer_mac());
+        run(&["ip", "link", "del", &self.host]);
+        std::thread::sleep(gap);
+        run(&[
+            "ip",
+            "link",
+            "add",
+            &self.host,
+            "address",
+            &host_mac,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &self.peer,
+            "address",
+            &peer_mac,
+            "netns",
+            &self.ns.name,
+        ]);
+        for (on_host, r) in [
+            (true, write_disable_ipv6(&self.host, false)),
+            (
+                false,
+                self.ns.in_ns(|| write_disable_ipv6(&self.peer, false)),
+            ),
+        ] {
+            r.unwrap_or_else(|e| panic!("IPv6 off (host end: {on_host}): {e}"));
+        }
+        run(&["ip", "link", "set", &self.host, "up"]);
+        self.ns.exec(&["ip", "link", "set", &self.peer, "up"]);
+    }
+
     /// The end in the caller's namespace (the backend's uplink).
     pub fn host(&self) -> &str {
         &self.host

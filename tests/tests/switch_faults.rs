@@ -25,6 +25,11 @@
 //!      incarnation delivers frames to the host; the last one's counter
 //!      equals exactly what the host received; `s`'s counter equals exactly
 //!      what its driver sent; the switch's fds are the same before and after.
+//!   3b. **The uplink's interface deleted and re-created**: the veth under
+//!      `up` is deleted while `s` streams to it and created again 1.5 s
+//!      later (same names, same MACs, a new index): the port reports down,
+//!      counts the frames for it as `link_down`, comes back by itself on
+//!      the new interface, and its counter never goes back.
 //!   4. **SET_MEM_TABLE under load**: `q` sends 64 frames to `r`, `r` and
 //!      `q` both re-send their memory table while they are in flight, `q`
 //!      sends 64 more: `r` receives the 128, byte-exact, in order; the switch
@@ -480,6 +485,66 @@ fn faults_under_traffic_lose_nothing() {
     let fp_up2 = sw.stable_footprint(Duration::from_millis(500));
     println!("footprint with the uplink: first {fp_up:?}, after 10 recreations {fp_up2:?}");
     fp_up2.assert_no_growth(&fp_up, RSS_SLACK_KB, "10 recreations");
+
+    // ----- 3b. the uplink's interface deleted and re-created -----
+    let up_state = |sw: &SwitchProc| sw.get::<PortView>("/ports/up").state.connected;
+    let wait_state = |want: bool, within: Duration| -> Duration {
+        let t0 = Instant::now();
+        while up_state(&sw) != want {
+            assert!(
+                t0.elapsed() < within,
+                "port up not connected={want} within {within:?}\n{}",
+                sw.log()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+        t0.elapsed()
+    };
+    let st0 = sw.stats("up").total;
+    let down_log = "port \"up\": interface";
+    let logged0 = sw.log().matches(down_log).count();
+    stream.counts.to_s.store(true, Ordering::Relaxed);
+    thread::sleep(Duration::from_millis(300));
+    let (went, back) = thread::scope(|sc| {
+        let t = sc.spawn(|| veth.recreate(Duration::from_millis(1500)));
+        let went = wait_state(false, Duration::from_millis(1200));
+        t.join().expect("the veth recreated");
+        (went, wait_state(true, Duration::from_secs(3)))
+    });
+    let t0 = Instant::now();
+    while veth.peer_stats().rx_packets == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "the re-created interface's host received nothing\n{}",
+            sw.log()
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    thread::sleep(Duration::from_millis(300));
+    stream.counts.to_s.store(false, Ordering::Relaxed);
+    let st1 = sw.settle(&["up"]).remove(0).total;
+    let link_down = st1.rx_dropped.get("link_down").copied().unwrap_or(0);
+    let h_new = veth.peer_stats().rx_packets;
+    println!(
+        "interface deleted and re-created 1.5 s later: port down after {went:?}, up {back:?} \
+         after the new interface; {link_down} frames counted link_down meanwhile, the host \
+         received {h_new} on the new interface; up rx {} -> {}",
+        st0.rx_packets, st1.rx_packets
+    );
+    assert!(
+        link_down > 0,
+        "no link_down drop while the interface was gone: {st1:?}"
+    );
+    assert!(
+        st1.rx_packets >= st0.rx_packets + h_new,
+        "up's counter went back or missed the new interface's frames: {st0:?} -> {st1:?}"
+    );
+    assert_eq!(
+        sw.log().matches(down_log).count() - logged0,
+        2,
+        "one log line when the interface went, one when it came back\n{}",
+        sw.log()
+    );
 
     // ----- 4. SET_MEM_TABLE while frames flow -----
     sw.call("PUT", "/log-level", r#"{"level":"debug"}"#, 200);

@@ -54,11 +54,14 @@ pub enum DropReason {
     /// A forwarding decision: the destination is on the port the frame came
     /// from.
     Hairpin,
+    /// The uplink's interface is gone (deleted, or its namespace with it)
+    /// and not back yet: the frame had nowhere to go.
+    LinkDown,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::NoBuffers,
         DropReason::BadDescriptor,
         DropReason::BadAddress,
@@ -73,6 +76,7 @@ impl DropReason {
         DropReason::Spoofed,
         DropReason::VlanDenied,
         DropReason::Hairpin,
+        DropReason::LinkDown,
     ];
 
     /// How many reasons there are.
@@ -95,6 +99,7 @@ impl DropReason {
             DropReason::Spoofed => "spoofed",
             DropReason::VlanDenied => "vlan_denied",
             DropReason::Hairpin => "hairpin",
+            DropReason::LinkDown => "link_down",
         }
     }
 }
@@ -126,6 +131,13 @@ impl DropCounts {
     /// All drops, whatever the reason.
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
+    }
+
+    /// Adds every count of `other`.
+    pub fn merge(&mut self, other: &DropCounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
     }
 
     /// Each reason with its count, in [`DropReason::ALL`] order.

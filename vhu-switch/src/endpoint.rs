@@ -26,6 +26,7 @@ use vhu_api::{PortKind, PortSpec, Role, ZeroCopy};
 
 use crate::api::routes::Refusal;
 use crate::config::socket_path;
+use crate::link::Link;
 
 /// What moves a port's frames, handed to its PMD thread.
 pub enum End {
@@ -51,7 +52,7 @@ pub enum Handle {
     /// path.
     Guest(Port, PathBuf),
     /// An uplink: its interface.
-    Uplink(String),
+    Uplink(Link),
 }
 
 pub use vhost_net_backend::error_chain as chain;
@@ -89,7 +90,8 @@ pub fn build(spec: &PortSpec, socket_dir: &Path, why: Build) -> Result<(End, Han
                 ups.push(uplink(spec, kind, &ifname).map_err(|e| uplink_refusal(&who, &*e))?);
             }
             tracing::info!("{who}: {ifname} opened ({queues} queues)");
-            Ok((End::Uplink(ups), Handle::Uplink(ifname)))
+            let link = Link::opened(&ifname, kind != PortKind::Tap);
+            Ok((End::Uplink(ups), Handle::Uplink(link)))
         }
     }
 }
@@ -169,7 +171,7 @@ fn pod_tap(spec: &PortSpec, why: Build) -> Result<(End, Handle), Refusal> {
         .into_iter()
         .map(|t| Box::new(t) as Box<dyn Uplink>)
         .collect();
-    Ok((End::Uplink(ups), Handle::Uplink(ifname)))
+    Ok((End::Uplink(ups), Handle::Uplink(Link::unwatched(&ifname))))
 }
 
 /// Deletes what a removed port leaves behind: a pod's persistent TAP

@@ -24,6 +24,7 @@
 //! | module | question it answers |
 //! |---|---|
 //! | [`endpoint`] | a validated port object -> a vhost-user port or an uplink (what the host refuses is a 409/422) |
+//! | [`link`] | is an uplink's interface still the one its queues are open on: down when it goes, reopened when it comes back |
 //! | [`pmd`] | a PMD thread: source burst -> head parse -> decide -> one copy per destination -> flush |
 //! | [`switch`] | the port table, the FDB, persistence: what the API's handlers call |
 //!
@@ -38,6 +39,7 @@ pub mod config;
 pub mod decide;
 pub mod endpoint;
 pub mod fdb;
+pub mod link;
 pub mod metrics;
 pub mod persist;
 pub mod pmd;

@@ -138,6 +138,10 @@ pub struct DestQueue {
     end: QueueEnd,
     /// What the software offload fallback did, into this queue.
     fwd: ForwardCounters,
+    /// An uplink queue's counters of its earlier incarnations (reopened
+    /// on a new interface: [`Command::Reopen`]), so that totals never go
+    /// back.
+    base: UplinkCounters,
 }
 
 impl std::fmt::Debug for DestQueue {
@@ -231,6 +235,7 @@ impl PortDp {
                     Mutex::new(DestQueue {
                         end,
                         fwd: ForwardCounters::default(),
+                        base: UplinkCounters::default(),
                     })
                 })
                 .collect(),
@@ -268,6 +273,20 @@ pub enum Command {
     /// domain, never back to it): a migrated guest's announce. Answers
     /// whether the port was known.
     Inject(PortId, Box<[u8]>, SyncSender<bool>),
+    /// Queue `.1` of uplink port `.0` moves frames with `.2` from now on
+    /// (its interface went, or came back): the PMD polling it swaps it in
+    /// at a burst boundary and hands the old one back (to be dropped by
+    /// the control plane); `None` if it does not poll that queue.
+    Reopen(PortId, usize, UplinkQueue, SyncSender<Option<UplinkQueue>>),
+}
+
+/// One queue of an uplink, on its way into or out of a PMD.
+pub struct UplinkQueue(pub Box<dyn Uplink>);
+
+impl std::fmt::Debug for UplinkQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UplinkQueue({})", self.0.name())
+    }
 }
 
 /// What a PMD hands back of a removed port.
@@ -503,8 +522,42 @@ impl Pmd {
                 Command::Inject(id, frame, ack) => {
                     let _ = ack.send(self.inject(id, &frame));
                 }
+                Command::Reopen(id, queue, up, ack) => {
+                    let _ = ack.send(self.reopen(id, queue, up.0).map(UplinkQueue));
+                }
             }
         }
+    }
+
+    /// Swaps `up` in as queue `queue` of uplink port `id`, if this PMD
+    /// polls it; returns the queue's old uplink, its counters folded into
+    /// the queue's base.
+    fn reopen(&mut self, id: PortId, queue: usize, up: Box<dyn Uplink>) -> Option<Box<dyn Uplink>> {
+        let u = self
+            .units
+            .iter()
+            .find(|u| u.port.id == id && u.queue == queue && u.is_uplink())?;
+        let port = Arc::clone(&u.port);
+        let mut q = port.queue(queue);
+        let QueueEnd::Uplink(old) = &mut q.end else {
+            return None;
+        };
+        if old.rx_fd() >= 0 {
+            let _ = self.poller.remove_fd(old.rx_fd());
+        }
+        let old = std::mem::replace(old, up);
+        let was = old.counters();
+        q.base.accumulate(&was);
+        if let QueueEnd::Uplink(new) = &q.end {
+            if self.poll.mode().sleeps() && new.rx_fd() >= 0 {
+                if let Err(e) = self.poller.add_fd(new.rx_fd(), Token(u64::from(id))) {
+                    tracing::warn!("port {}: cannot watch {}: {e}", port.name, new.name());
+                }
+            }
+        }
+        drop(q);
+        publish_uplink(&port);
+        Some(old)
     }
 
     /// Forwards `frame` as port `id`'s (an announce: rare, on the control
@@ -549,7 +602,7 @@ impl Pmd {
                 }
             }
             (_, QueueEnd::Uplink(up)) => {
-                if self.poll.mode().sleeps() {
+                if self.poll.mode().sleeps() && up.rx_fd() >= 0 {
                     if let Err(e) = self.poller.add_fd(up.rx_fd(), Token(u64::from(p.id))) {
                         tracing::warn!("port {}: cannot watch {}: {e}", p.name, up.name());
                     }
@@ -707,8 +760,11 @@ fn learn_noted(fdb: &RwLock<Fdb>, learns: &mut Vec<(u16, [u8; 6], PortId)>, now:
 fn publish_uplink(p: &PortDp) {
     let mut per_queue = Vec::with_capacity(p.queues.len());
     for q in p.queues.iter() {
-        if let QueueEnd::Uplink(u) = &q.lock().unwrap_or_else(|e| e.into_inner()).end {
-            per_queue.push(u.counters());
+        let q = q.lock().unwrap_or_else(|e| e.into_inner());
+        if let QueueEnd::Uplink(u) = &q.end {
+            let mut c = q.base;
+            c.accumulate(&u.counters());
+            per_queue.push(c);
         }
     }
     if !per_queue.is_empty() {
@@ -915,7 +971,9 @@ impl<'a> Burst<'a> {
             }
         }
         let Self { held, fwd, .. } = self;
-        let DestQueue { end, fwd: counters } = &mut *held[i].guard;
+        let DestQueue {
+            end, fwd: counters, ..
+        } = &mut *held[i].guard;
         let _ = match end {
             QueueEnd::Guest(rx) => fwd.forward(counters, &h, src, rx),
             QueueEnd::Uplink(u) => {

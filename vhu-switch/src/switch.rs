@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use vhost_net_backend::io::UplinkCounters;
+use vhost_net_backend::io::{Uplink, UplinkCounters, UplinkOffloads};
 use vhost_net_backend::stats::DropCounts;
 use vhost_net_backend::DropReason;
 use vhu_api::{
@@ -25,11 +25,14 @@ use crate::api::routes::{Control, Refusal};
 use crate::capture::CaptureTap;
 use crate::config::{socket_path, Config, PollMode as CfgPoll};
 use crate::decide::{admit, Head, Ingress};
-use crate::endpoint::{self, Build, Handle};
+use crate::endpoint::{self, Build, End, Handle};
 use crate::fdb::{Fdb, Learned, Origin};
+use crate::link::{self, Change, Detached};
 use crate::metrics::{self, PmdSample, PortSample, Snapshot};
 use crate::persist::Store;
-use crate::pmd::{self, load_drops, Command, PmdHandle, PortCounters, PortDp, Removed};
+use crate::pmd::{
+    self, load_drops, Command, PmdHandle, PortCounters, PortDp, Removed, UplinkQueue,
+};
 use crate::vlan::VlanMode;
 use crate::PortId;
 
@@ -239,7 +242,7 @@ impl Switch {
             loads: vec![0; pmds.len()],
             ..State::default()
         };
-        Ok(Arc::new(Self {
+        let sw = Arc::new(Self {
             cfg,
             fdb,
             epoch,
@@ -250,7 +253,19 @@ impl Switch {
             store,
             log,
             ready: AtomicBool::new(false),
-        }))
+        });
+        let weak = Arc::downgrade(&sw);
+        std::thread::Builder::new()
+            .name("vhu-link-watch".into())
+            .spawn(move || loop {
+                std::thread::sleep(link::WATCH_EVERY);
+                match weak.upgrade() {
+                    Some(sw) if !sw.stop.load(Ordering::Relaxed) => sw.watch_links(),
+                    _ => return,
+                }
+            })
+            .map_err(|e| format!("cannot start the link watcher: {e}"))?;
+        Ok(sw)
     }
 
     /// Creates the configured ports, then the persisted ones. A port that
@@ -363,6 +378,88 @@ impl Switch {
             return None;
         }
         answer.recv_timeout(PMD_ANSWER).ok()
+    }
+
+    /// Looks at every watched uplink's interface ([`link`]): a port whose
+    /// interface went is detached (down: its frames are counted as
+    /// `link_down`), one whose interface is back is opened on it again.
+    /// Called every [`link::WATCH_EVERY`] by the link watcher thread.
+    pub fn watch_links(&self) {
+        let mut st = self.lock();
+        for (name, e) in st.ports.iter_mut() {
+            let Handle::Uplink(link) = &e.handle else {
+                continue;
+            };
+            if !link.watched {
+                continue;
+            }
+            match link.check() {
+                Change::None => {}
+                Change::Gone => {
+                    let ups = (0..e.pmds.len())
+                        .map(|q| {
+                            Box::new(Detached::new(
+                                format!("detached:{}:q{q}", link.ifname),
+                                UplinkOffloads::default(),
+                            )) as Box<dyn Uplink>
+                        })
+                        .collect();
+                    self.swap_queues(e, ups);
+                    e.counters.connected.store(false, Ordering::Relaxed);
+                    if let Handle::Uplink(link) = &mut e.handle {
+                        tracing::warn!(
+                            "port {name:?}: interface {} is gone; the port is down until an \
+                             interface of that name exists again",
+                            link.ifname
+                        );
+                        link.ifindex = None;
+                    }
+                }
+                Change::Back => {
+                    match endpoint::build(&e.spec, &self.cfg.socket_dir, Build::Restore) {
+                        Ok((End::Uplink(ups), Handle::Uplink(new)))
+                            if ups.len() == e.pmds.len() =>
+                        {
+                            let all = self.swap_queues(e, ups);
+                            e.counters.connected.store(all, Ordering::Relaxed);
+                            tracing::info!(
+                                "port {name:?}: interface {} is back (index {}): the port is up",
+                                new.ifname,
+                                new.ifindex.unwrap_or_default()
+                            );
+                            e.handle = Handle::Uplink(new);
+                        }
+                        Ok(_) => tracing::error!("port {name:?}: reopened with another shape"),
+                        Err(r) => {
+                            if let Handle::Uplink(link) = &mut e.handle {
+                                if link.last_error.as_deref() != Some(r.message.as_str()) {
+                                    tracing::warn!(
+                                        "port {name:?}: interface {} exists again but cannot be \
+                                     opened: {}; retrying",
+                                        link.ifname,
+                                        r.message
+                                    );
+                                    link.last_error = Some(r.message);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands each PMD polling a queue of uplink `e` its new queue (in
+    /// queue order); drops the old ones here. Whether every PMD took its
+    /// queue.
+    fn swap_queues(&self, e: &Entry, ups: Vec<Box<dyn Uplink>>) -> bool {
+        let mut all = true;
+        for (q, (up, &p)) in ups.into_iter().zip(&e.pmds).enumerate() {
+            let old = self.ask(p, |ack| Command::Reopen(e.id, q, UplinkQueue(up), ack));
+            all &= matches!(old, Some(Some(_)));
+            drop(old);
+        }
+        all
     }
 
     /// Takes a port out of every PMD; what they hand back is dropped here,
@@ -864,7 +961,6 @@ impl Control for Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::End;
     use crate::fdb::FdbConfig;
     use std::os::fd::RawFd;
     use vhost_net_backend::io::{RxFn, Uplink, UplinkOffloads};

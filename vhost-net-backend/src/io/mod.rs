@@ -80,6 +80,30 @@ impl UplinkCounters {
     pub fn tx_dropped(&self) -> u64 {
         self.tx_drops.total()
     }
+
+    /// Adds every counter of `other` (an earlier incarnation of the same
+    /// queue, so that totals stay monotonic across a reopen).
+    pub fn accumulate(&mut self, other: &UplinkCounters) {
+        self.rx_packets += other.rx_packets;
+        self.rx_bytes += other.rx_bytes;
+        self.tx_packets += other.tx_packets;
+        self.tx_bytes += other.tx_bytes;
+        self.rx_drops.merge(&other.rx_drops);
+        self.tx_drops.merge(&other.tx_drops);
+    }
+}
+
+/// The index of network interface `name` in the calling thread's network
+/// namespace: what an uplink opened on `name` is bound to. Tells whether the
+/// interface is still the one a socket was opened on (deleted and created
+/// again, it has a new index).
+///
+/// # Errors
+/// An invalid name (`InvalidInput`), or no such interface (`ENODEV`).
+pub fn interface_index(name: &str) -> io::Result<u32> {
+    let n = crate::sys::netdev::IfName::new(name)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.0))?;
+    crate::sys::netdev::ifindex(&n)
 }
 
 /// What [`Uplink::rx_burst`] lends each received frame to: the frame's
