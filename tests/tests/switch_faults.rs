@@ -25,8 +25,8 @@
 //!      incarnation delivers frames to the host; the last one's counter
 //!      equals exactly what the host received; `s`'s counter equals exactly
 //!      what its driver sent; the switch's fds are the same before and after.
-//!   3b. **The uplink's interface deleted and re-created**: the veth under
-//!      `up` is deleted while `s` streams to it and created again 1.5 s
+//!      Then (3b) **the uplink's interface deleted and re-created**: the
+//!      veth under `up` is deleted while `s` streams to it and created again 1.5 s
 //!      later (same names, same MACs, a new index): the port reports down,
 //!      counts the frames for it as `link_down`, comes back by itself on
 //!      the new interface, and its counter never goes back.
