@@ -36,8 +36,13 @@
 //! and at the end equal exactly, its RSS grows by at most `--rss-slack`.
 //!
 //! ```text
-//! soak [--duration 60s] [--rss-slack-mib 8]
+//! soak [--duration 60s] [--rss-slack-mib 8] [--inject lose|corrupt|repeat]
 //! ```
+//!
+//! `--inject` checks the checks: after the warm-up the soak's receiver
+//! silently forgets one frame of `f0`'s (`lose`), alters a byte of one
+//! before checking it (`corrupt`) or checks one twice (`repeat`); the
+//! soak must then fail.
 //!
 //! Needs root (network namespaces, AF_PACKET) and the release switch
 //! (`cargo build --release --workspace`); run by `scripts/soak.sh`, under
@@ -118,6 +123,18 @@ macro_rules! fail {
 struct Args {
     duration: Duration,
     rss_slack_kb: u64,
+    inject: Option<Inject>,
+}
+
+/// A fault the soak injects into its own receive path (`--inject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Inject {
+    /// One received frame is not recorded.
+    Lose,
+    /// One received frame has a byte flipped before it is checked.
+    Corrupt,
+    /// One received frame is checked twice.
+    Repeat,
 }
 
 /// `60`, `60s`, `5m`, `1h`.
@@ -143,20 +160,30 @@ fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         duration: Duration::from_secs(60),
         rss_slack_kb: 8 << 10,
+        inject: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut val = || it.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
             "--duration" => a.duration = parse_duration(&val()?)?,
+            "--inject" => {
+                a.inject = Some(match val()?.as_str() {
+                    "lose" => Inject::Lose,
+                    "corrupt" => Inject::Corrupt,
+                    "repeat" => Inject::Repeat,
+                    o => return Err(format!("--inject {o:?}: lose, corrupt or repeat")),
+                })
+            }
             "--rss-slack-mib" => {
                 let v = val()?;
                 let mib: u64 = v.parse().map_err(|_| format!("bad --rss-slack-mib {v}"))?;
                 a.rss_slack_kb = mib << 10;
             }
-            "-h" | "--help" => {
-                return Err("usage: soak [--duration 60s] [--rss-slack-mib 8]".into())
-            }
+            "-h" | "--help" => return Err(
+                "usage: soak [--duration 60s] [--rss-slack-mib 8] [--inject lose|corrupt|repeat]"
+                    .into(),
+            ),
             o => return Err(format!("unknown argument {o:?}")),
         }
     }
@@ -335,6 +362,8 @@ struct Nodes {
     ledger: Ledger,
     /// Rotates the destinations.
     turn: u64,
+    /// A fault to inject into the next frame `f0` receives.
+    inject: Option<Inject>,
 }
 
 impl Nodes {
@@ -416,7 +445,20 @@ impl Nodes {
                 continue;
             }
             for g in &got {
-                self.ledger.receive(r, &g.data);
+                match self.inject.take_if(|_| r == 0) {
+                    None => self.ledger.receive(r, &g.data),
+                    Some(Inject::Lose) => {}
+                    Some(Inject::Corrupt) => {
+                        let mut f = g.data.clone();
+                        let last = f.len() - 1;
+                        f[last] ^= 0x20;
+                        self.ledger.receive(r, &f);
+                    }
+                    Some(Inject::Repeat) => {
+                        self.ledger.receive(r, &g.data);
+                        self.ledger.receive(r, &g.data);
+                    }
+                }
             }
             n += got.len();
             d.post_rx_buffers(0, got.len(), 2048, RxLayout::Single)
@@ -690,6 +732,11 @@ fn drain(sw: &SwitchProc, nodes: &mut Nodes, veth: &VethPair, api: &ApiCounts) -
     }
 }
 
+/// The drops counted on each frontend's port.
+fn frontend_drops(c: &Counted) -> [u64; N] {
+    std::array::from_fn(|i| drops(&c.ports[i]).0)
+}
+
 fn drops(s: &PortStats) -> (u64, u64) {
     (s.total.rx_dropped_total(), s.total.tx_dropped_total())
 }
@@ -832,6 +879,7 @@ fn soak(a: &Args) {
         host,
         ledger: Ledger::new(macs),
         turn: 0,
+        inject: None,
     };
     let bg = Background {
         stop: AtomicBool::new(false),
@@ -843,6 +891,9 @@ fn soak(a: &Args) {
     let mut disconnects = [0usize; N];
     let mut reconnects = 0;
     let mut checkpoints = 0;
+    // Frontend port drops on ports whose frontend was connected, and on the
+    // port of the frontend away.
+    let (mut drops_all, mut drops_away) = (0u64, 0u64);
 
     // Learning: every frontend broadcasts, then the host sends each one a
     // frame; nothing is unicast to an unknown address after this.
@@ -852,6 +903,7 @@ fn soak(a: &Args) {
     nodes.send_turn(Turn::HostOnly);
     let c = drain(&sw, &mut nodes, &veth, &bg.api);
     check(&nodes.ledger, &c, "learning (the host)");
+    let mut seen = frontend_drops(&c);
     println!(
         "soak: setup {:.1} s; switch pid {pid}; host {} behind uplink up on {}",
         t_setup.elapsed().as_secs_f64(),
@@ -871,10 +923,14 @@ fn soak(a: &Args) {
             let c = drain(&sw, &mut nodes, &veth, &bg.api);
             checkpoints += 1;
             check(&nodes.ledger, &c, &format!("round {round}"));
+            let now = frontend_drops(&c);
+            drops_all += (0..N).map(|i| now[i] - seen[i]).sum::<u64>();
+            seen = now;
             alive(&sw, pid);
             if round == 1 {
                 // Warm-up done: one reconnect, churn and reads behind us.
                 fp_start = Some(footprint(&sw, &bg));
+                nodes.inject = a.inject;
             }
             if t0.elapsed() >= a.duration && round >= 2 {
                 break;
@@ -892,6 +948,15 @@ fn soak(a: &Args) {
             let c = drain(&sw, &mut nodes, &veth, &bg.api);
             checkpoints += 1;
             check(&nodes.ledger, &c, &format!("round {round}, f{x} away"));
+            let now = frontend_drops(&c);
+            for i in 0..N {
+                *if i == x {
+                    &mut drops_away
+                } else {
+                    &mut drops_all
+                } += now[i] - seen[i];
+            }
+            seen = now;
             nodes.drivers[x] = Some(connect(&sw, x));
             reconnects += 1;
             round += 1;
@@ -958,6 +1023,11 @@ fn soak(a: &Args) {
         "soak: drops by reason {reasons:?}; host socket rx {} tx {}; veth (host rx, tx, peer rx, tx) {:?}; \
          uncounted 0",
         c.host_rx_dropped, c.host_tx_dropped, c.veth_dropped
+    );
+    let _ = writeln!(
+        out,
+        "soak: frontend port drops while connected {drops_all}, while away {drops_away} \
+         (frames sent to a frontend that had hung up)"
     );
     let _ = writeln!(
         out,
