@@ -6,7 +6,8 @@
 # and in-process driver tests, in release mode), installs every peer the
 # tests use (scripts/install-peers.sh: DPDK testpmd, QEMU 10, the guest kernel
 # and initramfs, hugepages), then runs the fuzz targets and the end-to-end
-# tests against real peers (QEMU guests, dpdk-testpmd, network namespaces).
+# tests against real peers (QEMU guests, dpdk-testpmd, network namespaces)
+# and a 60 s soak (scripts/soak.sh).
 # Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,5 +34,8 @@ fuzz/run.sh 30
 
 step "end-to-end tests against real peers (serialised: they busy-poll)"
 cargo test --release --no-fail-fast -p vhu-tests -- --include-ignored --test-threads=1
+
+step "soak (60 s)"
+scripts/soak.sh 60
 
 echo "scripts/test.sh: all tests passed"
