@@ -261,7 +261,7 @@ impl SplitRing {
     /// only what the last `avail.idx` read made available; a bad index or
     /// address is skipped here and refused by `parse_chain` as usual.
     #[inline(always)]
-    fn prefetch_ahead(&mut self, writable: bool) {
+    fn prefetch_ahead(&self, writable: bool) {
         let pending = self.cached_avail();
         if pending > 2 {
             let head = self.avail_slot(self.next_avail + Wrapping(2));
@@ -352,9 +352,9 @@ impl SplitRing {
     #[inline]
     pub(crate) fn pop_head(&mut self) -> u16 {
         debug_assert!(self.cached_avail() > 0);
-        let slot = usize::from(self.next_avail.0 & (self.size - 1));
+        let head = self.avail_slot(self.next_avail);
         self.next_avail += 1;
-        self.read_u16(self.avail + 4 + 2 * slot)
+        head
     }
 
     #[inline]
