@@ -42,8 +42,10 @@
 //!    and `gro_flush_timeout`), the host fills the ring with pattern
 //!    datagrams, the migration completes, and only then does the guest read
 //!    its buffers. Asserted: its driver took none of them before the final
-//!    stop, and on the target every one (about 255) is verified and quoted
-//!    back intact. The switch logged that it took the dirty log
+//!    stop, and on the target every one (about 255) reaches its driver and
+//!    is verified, with no error of any kind, and every quote it sends
+//!    comes back intact (its ICMP socket may drop some of the burst: at
+//!    least half must be quoted). The switch logged that it took the dirty log
 //!    (`SET_LOG_BASE`) at each migration.
 //!
 //! `{,packed_ring_}without_dirty_logging_the_guest_reads_stale_buffers`:
