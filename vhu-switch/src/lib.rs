@@ -26,6 +26,7 @@
 //! | [`endpoint`] | a validated port object -> a vhost-user port or an uplink (what the host refuses is a 409/422) |
 //! | [`pmd`] | a PMD thread: source burst -> head parse -> decide -> one copy per destination -> flush |
 //! | [`switch`] | the port table, the FDB, persistence: what the API's handlers call |
+//! | [`privilege`] | which capabilities each port kind needs, which the switch keeps, the refusal of a port it cannot serve |
 //!
 //! `decide` never touches guest memory or a destination; destinations never
 //! see the FDB; the PMD loop is the only place that knows both.
@@ -41,6 +42,7 @@ pub mod fdb;
 pub mod metrics;
 pub mod persist;
 pub mod pmd;
+pub mod privilege;
 pub mod switch;
 pub mod vlan;
 
