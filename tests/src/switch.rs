@@ -140,6 +140,11 @@ impl SwitchProc {
         self.wait_ready(Duration::from_secs(20));
     }
 
+    /// Changes [`SwitchOpts::wrap`] for the next [`SwitchProc::restart`].
+    pub fn set_wrap(&mut self, wrap: Vec<String>) {
+        self.wrap = wrap;
+    }
+
     /// Starts the switch again on the same directories (after a stop or a
     /// kill).
     pub fn restart(&mut self) {

@@ -16,6 +16,8 @@
 //!   network namespace and a vhost-user port exchange 40 frames each way
 //!   (counted at both ends and in the switch's counters); CapEff is exactly
 //!   `CAP_NET_RAW`; a `tap` port is refused naming `CAP_NET_ADMIN`.
+//!   Restarted without `CAP_NET_RAW`, the persisted uplink is listed as
+//!   down with that refusal, logged, and kept in the state file.
 //! * `config_port_without_its_capability_fails_validation`: a configuration
 //!   file with an `af_packet` port, the switch started without
 //!   `CAP_NET_RAW`: exit 64, the error names the file's place and
@@ -376,6 +378,29 @@ fn net_raw_only_switch_carries_an_af_packet_uplink() {
     assert_eq!(st[0].total.tx_packets, 40, "from a");
     assert!(st[1].total.tx_packets >= 40, "from the uplink: {:?}", st[1]);
     assert_eq!(st[1].total.rx_packets, 40, "into the uplink");
+
+    // Persisted, the uplink comes back down (listed, kept in the state
+    // file) when the switch restarts without CAP_NET_RAW.
+    drop(a);
+    let mut sw = sw;
+    assert!(sw.stop().success());
+    sw.set_wrap(as_nobody(None));
+    sw.restart();
+    let up: PortView = sw.get("/ports/up");
+    let err = up.state.error.clone().unwrap_or_default();
+    assert!(!up.state.connected, "{up:?}");
+    assert!(
+        err.contains("a af_packet port needs CAP_NET_RAW")
+            && err.contains("--ambient-caps=+net_raw"),
+        "{err}"
+    );
+    let state = std::fs::read_to_string(sw.state.join("ports.json")).unwrap();
+    assert!(state.contains("\"up\""), "still persisted: {state}");
+    sw.wait_log_count(
+        "port \"up\" (persisted): port \"up\": a af_packet port needs CAP_NET_RAW",
+        1,
+        Duration::from_secs(5),
+    );
 }
 
 #[test]
