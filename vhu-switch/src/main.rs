@@ -16,8 +16,9 @@
 //! validated (no side effect; every error reported with its place; exit 64;
 //! a configured port the held capabilities cannot serve is such an error)
 //! -> logging -> every capability the allowed port kinds cannot use is
-//! dropped (the sets are logged) -> the control socket is bound -> the PMD thread starts -> the
-//! configured ports, then the persisted ones, are created -> requests are
+//! dropped (the sets are logged; docs/switch.md, "Privileges") -> the
+//! control socket is bound -> the PMD thread starts -> the configured
+//! ports, then the persisted ones, are created -> requests are
 //! served until SIGINT or SIGTERM -> the PMD stops, every port is closed and
 //! the sockets the switch created are removed -> exit 0.
 //!
