@@ -47,6 +47,7 @@ pub struct SwitchProc {
     log: PathBuf,
     extra: Vec<String>,
     netns: Option<String>,
+    wrap: Vec<String>,
 }
 
 /// Where [`SwitchProc::start_with`] runs the switch, beyond
@@ -60,6 +61,10 @@ pub struct SwitchOpts {
     pub netns: Option<String>,
     /// `--socket-dir` (default: `sockets` in the run directory).
     pub socket_dir: Option<PathBuf>,
+    /// A command the switch runs under, e.g. `setpriv --reuid=nobody ...`
+    /// (it must exec the switch: [`SwitchProc::pid`] is then the switch's).
+    /// Not with `netns`.
+    pub wrap: Vec<String>,
 }
 
 impl SwitchProc {
@@ -85,6 +90,7 @@ impl SwitchProc {
             dir,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
             netns: opts.netns.clone(),
+            wrap: opts.wrap.clone(),
         };
         std::fs::write(s.dir.join("vhu.toml"), config).expect("write the config");
         s.spawn();
@@ -97,13 +103,22 @@ impl SwitchProc {
             .append(true)
             .open(&self.log)
             .expect("open the switch log");
-        let mut cmd = match &self.netns {
-            Some(ns) => {
+        assert!(
+            self.netns.is_none() || self.wrap.is_empty(),
+            "netns and wrap together"
+        );
+        let mut cmd = match (&self.netns, self.wrap.split_first()) {
+            (Some(ns), _) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns]).arg(switch_bin());
                 c
             }
-            None => Command::new(switch_bin()),
+            (None, Some((prog, args))) => {
+                let mut c = Command::new(prog);
+                c.args(args).arg(switch_bin());
+                c
+            }
+            (None, None) => Command::new(switch_bin()),
         };
         let child = cmd
             .arg("--config")
@@ -123,6 +138,11 @@ impl SwitchProc {
             .expect("start vhu-switch");
         self.child = Some(child);
         self.wait_ready(Duration::from_secs(20));
+    }
+
+    /// Changes [`SwitchOpts::wrap`] for the next [`SwitchProc::restart`].
+    pub fn set_wrap(&mut self, wrap: Vec<String>) {
+        self.wrap = wrap;
     }
 
     /// Starts the switch again on the same directories (after a stop or a

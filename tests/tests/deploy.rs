@@ -23,6 +23,11 @@
 //!   state, control-socket and CNI directories are host paths; the update
 //!   strategy is `OnDelete` or a rolling update of one node at a time; and
 //!   the switch starts, ready, on the ConfigMap's configuration.
+//! * `switch_capabilities_are_the_privilege_table_everywhere`: the systemd
+//!   unit's `AmbientCapabilities=` and `CapabilityBoundingSet=` and the
+//!   DaemonSet's `capabilities.add` (after `drop: [ALL]`) of the switch are
+//!   exactly the capabilities its port kinds may use (docs/switch.md,
+//!   "Privileges"); the unit runs as `vhu` with `NoNewPrivileges=yes`.
 //!
 //! Needs the virtualenv of `scripts/install-peers.sh` (kubernetes-validate,
 //! PyYAML) and the release binaries.
@@ -523,4 +528,56 @@ fn manifests_agree_with_the_programs() {
     let ports: Vec<vhu_api::PortView> = sw.get("/ports");
     assert!(ports.is_empty(), "{ports:?}");
     assert!(sw.stop().success());
+}
+
+/// What the switch's port kinds may use (docs/switch.md, "Privileges";
+/// `vhu-switch/src/privilege.rs`), without `CAP_`.
+const SWITCH_CAPS: &[&str] = &[
+    "BPF",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "IPC_LOCK",
+    "NET_ADMIN",
+    "NET_RAW",
+    "SYS_ADMIN",
+];
+
+#[test]
+#[ignore = "needs the peers' virtualenv (scripts/install-peers.sh); run with --include-ignored"]
+fn switch_capabilities_are_the_privilege_table_everywhere() {
+    let want: BTreeSet<String> = SWITCH_CAPS.iter().map(|s| (*s).to_owned()).collect();
+    let unit = std::fs::read_to_string(root().join("deploy/vhu-switch.service")).unwrap();
+    let key = |k: &str| -> Vec<String> {
+        unit.lines()
+            .filter_map(|l| l.strip_prefix(k))
+            .map(str::to_owned)
+            .collect()
+    };
+    for k in ["AmbientCapabilities=", "CapabilityBoundingSet="] {
+        let v = key(k);
+        assert_eq!(v.len(), 1, "one {k} line in the unit");
+        let got: BTreeSet<String> = v[0]
+            .split_whitespace()
+            .map(|c| c.strip_prefix("CAP_").unwrap_or(c).to_owned())
+            .collect();
+        assert_eq!(got, want, "the unit's {k}");
+    }
+    assert_eq!(key("User="), ["vhu"], "the unit's user");
+    assert_eq!(key("NoNewPrivileges="), ["yes"]);
+    let mut seen = 0;
+    for (path, doc) in all_documents() {
+        let Some(spec) = pod_spec(&doc) else { continue };
+        for c in containers(spec) {
+            if c["name"] != "vhu-switch" {
+                continue;
+            }
+            seen += 1;
+            let caps = &c["securityContext"]["capabilities"];
+            assert_eq!(strings(&caps["drop"]), ["ALL"], "{}", path.display());
+            let got: BTreeSet<String> = strings(&caps["add"]).into_iter().collect();
+            assert_eq!(got, want, "{}: the switch's capabilities", path.display());
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+        }
+    }
+    assert_eq!(seen, 1, "one vhu-switch container in the manifests");
 }

@@ -14,6 +14,7 @@
 //! fdb_aging_secs = 300
 //! fdb_max_entries = 8192
 //! fdb_max_per_port = 1024
+//! port_kinds = ["vhost-user", "af_packet"]  # default: every kind (docs/switch.md, "Privileges")
 //!
 //! [[port]]
 //! name = "vm1"
@@ -36,6 +37,7 @@ use toml::Spanned;
 use vhu_api::{PortKind, PortSpec, Role};
 
 use crate::fdb::{FdbConfig, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_PER_PORT};
+use crate::privilege::PortClass;
 
 /// Default control socket.
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/vhu/vhu.sock";
@@ -108,6 +110,7 @@ struct SwitchTable {
     fdb_aging_secs: Option<Spanned<u64>>,
     fdb_max_entries: Option<Spanned<u64>>,
     fdb_max_per_port: Option<Spanned<u64>>,
+    port_kinds: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -133,6 +136,8 @@ pub struct Overrides {
     pub poll: Option<PollMode>,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
+    /// `--port-kinds vhost-user,af_packet`.
+    pub port_kinds: Option<Vec<String>>,
 }
 
 /// The validated configuration.
@@ -154,6 +159,11 @@ pub struct Config {
     pub fdb: FdbConfig,
     /// Ports from the file, in order.
     pub ports: Vec<PortSpec>,
+    /// Each port's place in the file (`FILE:LINE:COL`), in the same order.
+    pub port_places: Vec<String>,
+    /// The port kinds the switch may serve (`None`: every kind); it keeps
+    /// only the capabilities these may use.
+    pub port_kinds: Option<Vec<PortClass>>,
 }
 
 impl Default for Config {
@@ -168,6 +178,8 @@ impl Default for Config {
             log_format: LogFormat::Plain,
             fdb: FdbConfig::default(),
             ports: Vec::new(),
+            port_places: Vec::new(),
+            port_kinds: None,
         }
     }
 }
@@ -310,7 +322,19 @@ impl Config {
                 }
             }
         }
+        if let Some(k) = &sw.port_kinds {
+            match check_kinds(k.get_ref()) {
+                Ok(v) => cfg.port_kinds = Some(v),
+                Err(m) => errs.push(format!("{}: port_kinds: {m}", at(k.span()))),
+            }
+        }
         // Flags win over the file.
+        if let Some(k) = &flags.port_kinds {
+            match check_kinds(k) {
+                Ok(v) => cfg.port_kinds = Some(v),
+                Err(m) => errs.push(format!("--port-kinds: {m}")),
+            }
+        }
         if let Some(p) = &flags.control_socket {
             cfg.control_socket = p.clone();
         }
@@ -350,12 +374,27 @@ impl Config {
             &cfg.socket_dir,
             &mut |span, m| errs.push(format!("{}: {m}", at(span))),
         );
+        cfg.port_places = file.port.iter().map(|p| at(p.span())).collect();
         if errs.is_empty() {
             Ok(cfg)
         } else {
             Err(ConfigErrors(errs))
         }
     }
+}
+
+fn check_kinds(k: &[String]) -> Result<Vec<PortClass>, String> {
+    let mut out = Vec::new();
+    for s in k {
+        let c = PortClass::parse(s).ok_or_else(|| {
+            let names: Vec<_> = PortClass::ALL.iter().map(|c| c.name()).collect();
+            format!("{s:?} is not a port kind ({})", names.join(", "))
+        })?;
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    Ok(out)
 }
 
 fn check_cpus(c: &[u32]) -> Result<(), String> {
@@ -581,6 +620,26 @@ interface = "eth0"
         assert_eq!(e.len(), 2, "{e:#?}");
         assert!(e[0].contains("socket /run/vhu/sockets/x.sock is used"));
         assert!(e[1].contains("interface \"eth0\" is used"));
+    }
+
+    #[test]
+    fn port_kinds_and_places() {
+        let text = "[switch]\nport_kinds = [\"vhost-user\", \"af_packet\"]\n\n[[port]]\nname = \"a\"\nkind = \"vhost-user\"\n";
+        let c = load(text).unwrap();
+        assert_eq!(
+            c.port_kinds,
+            Some(vec![PortClass::VhostUser, PortClass::AfPacket])
+        );
+        assert_eq!(c.port_places, ["vhu.toml:4:1"]);
+        assert_eq!(load("").unwrap().port_kinds, None);
+        let e = load("[switch]\nport_kinds = [\"nic\"]\n").unwrap_err().0;
+        assert!(e[0].starts_with("vhu.toml:2:14: port_kinds: \"nic\" is not a port kind (vhost-user, af_packet, af_xdp, tap, pod-tap)"), "{e:?}");
+        let flags = Overrides {
+            port_kinds: Some(vec!["tap".into(), "pod-tap".into()]),
+            ..Overrides::default()
+        };
+        let c = Config::from_toml(text, "f", &flags).unwrap();
+        assert_eq!(c.port_kinds, Some(vec![PortClass::Tap, PortClass::PodTap]));
     }
 
     #[test]

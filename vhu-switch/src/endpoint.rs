@@ -296,7 +296,7 @@ fn guest(spec: &PortSpec, socket_dir: &Path) -> Result<(End, Handle), Refusal> {
 
 /// A user or group id: numeric, or the name's entry in `file` (`/etc/passwd`
 /// or `/etc/group`: `name:x:id:...`).
-fn lookup_id(file: &str, name: &str) -> Result<u32, String> {
+pub fn lookup_id(file: &str, name: &str) -> Result<u32, String> {
     if let Ok(id) = name.parse::<u32>() {
         return Ok(id);
     }

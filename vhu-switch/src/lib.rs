@@ -27,6 +27,7 @@
 //! | [`link`] | is an uplink's interface still the one its queues are open on: down when it goes, reopened when it comes back |
 //! | [`pmd`] | a PMD thread: source burst -> head parse -> decide -> one copy per destination -> flush |
 //! | [`switch`] | the port table, the FDB, persistence: what the API's handlers call |
+//! | [`privilege`] | which capabilities each port kind needs, which the switch keeps, the refusal of a port it cannot serve |
 //!
 //! `decide` never touches guest memory or a destination; destinations never
 //! see the FDB; the PMD loop is the only place that knows both.
@@ -43,6 +44,7 @@ pub mod link;
 pub mod metrics;
 pub mod persist;
 pub mod pmd;
+pub mod privilege;
 pub mod switch;
 pub mod vlan;
 

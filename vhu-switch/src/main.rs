@@ -4,6 +4,7 @@
 //! ```text
 //! vhu-switch [--config FILE] [--control-socket PATH] [--socket-dir DIR] [--state-dir DIR]
 //!            [--pmd-cpus CPU[,CPU...]] [--poll busy|adaptive|interrupt] [--log-format plain|json]
+//!            [--port-kinds KIND[,KIND...]]
 //! ```
 //!
 //! With no arguments it runs on embedded defaults: control socket
@@ -12,9 +13,12 @@
 //! `vhuctl port add` or the API).
 //!
 //! The startup story, in order: flags and configuration file are loaded and
-//! validated (no side effect; every error reported with its place; exit 64)
-//! -> logging -> the control socket is bound -> the PMD thread starts -> the
-//! configured ports, then the persisted ones, are created -> requests are
+//! validated (no side effect; every error reported with its place; exit 64;
+//! a configured port the held capabilities cannot serve is such an error)
+//! -> logging -> every capability the allowed port kinds cannot use is
+//! dropped (the sets are logged; docs/switch.md, "Privileges") -> the
+//! control socket is bound -> the PMD thread starts -> the configured
+//! ports, then the persisted ones, are created -> requests are
 //! served until SIGINT or SIGTERM -> the PMD stops, every port is closed and
 //! the sockets the switch created are removed -> exit 0.
 //!
@@ -33,8 +37,10 @@ use clap::Parser;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, reload, EnvFilter};
+use vhost_net_backend::sys::caps;
 use vhu_switch::api::{openapi, server};
-use vhu_switch::config::{Config, LogFormat, Overrides, PollMode};
+use vhu_switch::config::{Config, ConfigErrors, LogFormat, Overrides, PollMode};
+use vhu_switch::privilege;
 use vhu_switch::switch::{LogControl, Switch};
 
 /// The default log filter.
@@ -66,6 +72,11 @@ struct Args {
     /// Log line format.
     #[arg(long, value_parser = parse_format)]
     log_format: Option<LogFormat>,
+    /// Port kinds this switch may serve (vhost-user, af_packet, af_xdp,
+    /// tap, pod-tap; default: all): it keeps only the capabilities they
+    /// may use.
+    #[arg(long, value_delimiter = ',')]
+    port_kinds: Option<Vec<String>>,
 }
 
 fn parse_poll(s: &str) -> Result<PollMode, String> {
@@ -137,6 +148,7 @@ fn main() -> ExitCode {
         pmd_cpus: args.pmd_cpus,
         poll: args.poll,
         log_format: args.log_format,
+        port_kinds: args.port_kinds,
     };
     let cfg = match Config::load(args.config.as_deref(), &flags) {
         Ok(c) => c,
@@ -145,7 +157,30 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
+    let policy = match privilege_policy(&cfg) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("vhu-switch: {e}");
+            return ExitCode::from(64);
+        }
+    };
     let log = init_logging(cfg.log_format);
+    // Before any other thread starts: capabilities are per thread.
+    match privilege::apply(policy) {
+        Ok(after) => {
+            tracing::info!("capabilities: {after}");
+            if let Some(p) = privilege::policy() {
+                for (class, lack) in p.unservable() {
+                    tracing::info!("{class} ports cannot be served: they need {lack}");
+                }
+            }
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("vhu-switch: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     match run(cfg, log) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -153,6 +188,30 @@ fn main() -> ExitCode {
             eprintln!("vhu-switch: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The capability policy of `cfg`, and the configured ports checked against
+/// it: one the held capabilities cannot serve is a configuration error (with
+/// its place), before anything is created.
+fn privilege_policy(cfg: &Config) -> Result<privilege::Policy, ConfigErrors> {
+    let held = caps::current()
+        .map_err(|e| ConfigErrors(vec![format!("cannot read the capabilities: {e}")]))?;
+    let policy = privilege::Policy::new(
+        cfg.port_kinds.as_deref(),
+        held.permitted,
+        privilege::Identity::current(),
+    );
+    let errs: Vec<String> = cfg
+        .ports
+        .iter()
+        .zip(&cfg.port_places)
+        .filter_map(|(p, at)| policy.refusal(p).map(|m| format!("{at}: {m}")))
+        .collect();
+    if errs.is_empty() {
+        Ok(policy)
+    } else {
+        Err(ConfigErrors(errs))
     }
 }
 

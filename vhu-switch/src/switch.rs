@@ -531,6 +531,7 @@ impl Switch {
                 )));
             }
         }
+        crate::privilege::check(&spec)?;
         let (end, handle) = endpoint::build(&spec, &self.cfg.socket_dir, why)?;
         // A new pod TAP the switch made persistent goes again if the port
         // does not make it into the table.

@@ -13,6 +13,7 @@
 //! | `bpf.rs` | the `bpf()` commands: map create/update, program load, link create, program info |
 //! | `tun.rs` | the TUN/TAP ioctls |
 //! | `thread.rs` | CPU affinity |
+//! | `caps.rs` | the capability sets: `capget`/`capset`, the bounding and ambient sets, no-new-privs |
 //! | `netns.rs` | `setns` into a network namespace, on a thread of its own |
 //! | `tsc.rs` | the time-stamp counter, for busy/idle cycle accounting |
 //! | `unix.rs` | Unix stream sockets at paths of any length (through the directory when longer than `sun_path`) |
@@ -26,6 +27,7 @@
 use std::io;
 
 pub(crate) mod bpf;
+pub mod caps;
 pub(crate) mod mmap;
 pub(crate) mod netdev;
 pub mod netns;
