@@ -10,6 +10,7 @@ pub mod bench;
 pub mod bins;
 pub mod cri;
 pub mod device_plugin;
+pub mod driver;
 pub mod echo;
 pub mod features;
 pub mod footprint;

@@ -65,8 +65,9 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use vhost_net_backend::test_utils::{DriverError, DriverOpts, RxLayout, TestDriver, TxLayout};
+use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver};
 use vhu_api::PortView;
+use vhu_tests::driver::send_all;
 use vhu_tests::netns::{mac_octets, VethPair};
 use vhu_tests::switch::SwitchProc;
 use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd};
@@ -109,34 +110,6 @@ fn driver(sw: &SwitchProc, port: &str) -> TestDriver {
     let sock = sw.sockets.join(format!("{port}.sock"));
     TestDriver::connect(&sock, DriverOpts::default())
         .unwrap_or_else(|e| panic!("connect to port {port}: {e}\n{}", sw.log()))
-}
-
-/// Queues `frames` on `d`'s TX ring (reaping completions while it is full)
-/// and kicks. Returns how many were queued before `timeout`.
-fn send_all(d: &mut TestDriver, frames: &[Vec<u8>], timeout: Duration) -> usize {
-    let hdr = d.zero_hdr();
-    let t0 = Instant::now();
-    let mut sent = 0;
-    for f in frames {
-        loop {
-            match d.send_frame(0, &hdr, f, TxLayout::Single) {
-                Ok(_) => break,
-                Err(DriverError::RingFull { .. } | DriverError::OutOfMemory(_)) => {
-                    d.kick_tx(0);
-                    if t0.elapsed() > timeout {
-                        return sent;
-                    }
-                    thread::sleep(Duration::from_micros(200));
-                    d.tx_completions(0);
-                }
-                Err(e) => panic!("send: {e}"),
-            }
-        }
-        sent += 1;
-    }
-    d.kick_tx(0);
-    d.tx_completions(0);
-    sent
 }
 
 /// Receives `n` frames on `d` and checks them against `want`, in order;

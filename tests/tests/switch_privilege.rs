@@ -37,8 +37,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vhost_net_backend::test_utils::{DriverError, DriverOpts, RxLayout, TestDriver, TxLayout};
+use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver};
 use vhu_api::PortView;
+use vhu_tests::driver::send_all;
 use vhu_tests::netns::{mac_octets, VethPair};
 use vhu_tests::switch::{switch_bin, SwitchOpts, SwitchProc};
 use vhu_tests::testpmd::RunDir;
@@ -139,33 +140,6 @@ fn driver(sw: &SwitchProc, port: &str) -> TestDriver {
     d
 }
 
-/// Queues `frames` on `d`'s TX ring and kicks; how many were queued.
-fn send_all(d: &mut TestDriver, frames: &[Vec<u8>]) -> usize {
-    let hdr = d.zero_hdr();
-    let t0 = Instant::now();
-    let mut sent = 0;
-    for f in frames {
-        loop {
-            match d.send_frame(0, &hdr, f, TxLayout::Single) {
-                Ok(_) => break,
-                Err(DriverError::RingFull { .. } | DriverError::OutOfMemory(_)) => {
-                    d.kick_tx(0);
-                    if t0.elapsed() > Duration::from_secs(5) {
-                        return sent;
-                    }
-                    std::thread::sleep(Duration::from_micros(200));
-                    d.tx_completions(0);
-                }
-                Err(e) => panic!("send: {e}"),
-            }
-        }
-        sent += 1;
-    }
-    d.kick_tx(0);
-    d.tx_completions(0);
-    sent
-}
-
 /// Receives `want.len()` frames of our ethertype on `d` (others, e.g. a
 /// kernel's IPv6 chatter through an uplink, are skipped) and compares them
 /// in order.
@@ -209,6 +183,9 @@ fn refused(sw: &SwitchProc, body: &str, want: &[&str]) {
     assert_eq!(port_names(sw), before, "a refused port changed the list");
 }
 
+/// How long a test's frames may take to be queued.
+const SEND_WITHIN: Duration = Duration::from_secs(5);
+
 const TWO_PORTS: &str = r#"
 [[port]]
 name = "a"
@@ -248,10 +225,10 @@ fn unprivileged_switch_serves_vhost_user_and_refuses_af_packet() {
     let mut a = driver(&sw, "a");
     let mut b = driver(&sw, "b");
     let ab: Vec<_> = (0..50).map(|i| frame(MAC_B, MAC_A, i)).collect();
-    assert_eq!(send_all(&mut a, &ab), ab.len());
+    assert_eq!(send_all(&mut a, &ab, SEND_WITHIN), ab.len());
     recv_exact(&mut b, &ab, "b from a (flooded)");
     let ba: Vec<_> = (100..150).map(|i| frame(MAC_A, MAC_B, i)).collect();
-    assert_eq!(send_all(&mut b, &ba), ba.len());
+    assert_eq!(send_all(&mut b, &ba, SEND_WITHIN), ba.len());
     recv_exact(&mut a, &ba, "a from b (learned)");
     let st = sw.settle(&["a", "b"]);
     assert_eq!((st[0].total.tx_packets, st[0].total.rx_packets), (50, 50));
@@ -360,7 +337,7 @@ fn net_raw_only_switch_carries_an_af_packet_uplink() {
     let from_n: Vec<_> = (1000..1040).map(|i| frame(MAC_A, MAC_N, i)).collect();
     recv_exact(&mut a, &from_n, "a from the uplink");
     let to_n: Vec<_> = (0..40).map(|i| frame(MAC_N, MAC_A, i)).collect();
-    assert_eq!(send_all(&mut a, &to_n), to_n.len());
+    assert_eq!(send_all(&mut a, &to_n, SEND_WITHIN), to_n.len());
     let t0 = Instant::now();
     while peer.try_wait().unwrap().is_none() {
         assert!(t0.elapsed() < Duration::from_secs(20), "the peer hangs");
