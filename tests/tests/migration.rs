@@ -1014,16 +1014,7 @@ fn announced_by_the_switch(name: &str, dev: Dev) {
             .guest
             .exec(&format!("{ping} -c 3 -i 0.2 -W 5 {HOST_IP}"), CMD);
         assert!(out.contains("3 packets received"), "{out}");
-        let q1 = &sw.stats("a").queues[1];
-        println!(
-            "port a, queue 1 before the move: {} frames into the guest, {} from it",
-            q1.rx_packets, q1.tx_packets
-        );
-        assert!(
-            q1.rx_packets > 0 && q1.tx_packets >= 3,
-            "queue pair 1 of port a unused: {:?}",
-            sw.stats("a")
-        );
+        assert_queue1_used(&sw, "a", "before the move");
     }
     let (_, running) = migrate(&mut a, &mut b);
     let first = first_frame_ms(&sw, "b", running);
@@ -1073,16 +1064,7 @@ fn announced_by_the_switch(name: &str, dev: Dev) {
         .exec(&format!("{ping} -c 3 -i 0.2 -W 5 {HOST_IP}"), CMD);
     assert!(out.contains("3 packets received"), "{out}");
     if mq {
-        let q1 = &sw.stats("b").queues[1];
-        println!(
-            "port b, queue 1 after the move: {} frames into the guest, {} from it",
-            q1.rx_packets, q1.tx_packets
-        );
-        assert!(
-            q1.rx_packets > 0 && q1.tx_packets >= 3,
-            "queue pair 1 of port b unused: {:?}",
-            sw.stats("b")
-        );
+        assert_queue1_used(&sw, "b", "after the move");
     }
     assert!(sw.log().contains("SEND_RARP"), "no SEND_RARP in the log");
     b.guest.quit().assert_ok();
@@ -1112,6 +1094,21 @@ fn src_mac_for_queue(q: usize, n: usize) -> String {
                 .join(":")
         })
         .expect("a source address for the queue")
+}
+
+/// Queue pair 1 of `port` carried frames both ways (the guest's 3 pings
+/// at least, from it); prints its counts.
+fn assert_queue1_used(sw: &SwitchProc, port: &str, when: &str) {
+    let st = sw.stats(port);
+    let q1 = &st.queues[1];
+    println!(
+        "port {port}, queue 1 {when}: {} frames into the guest, {} from it",
+        q1.rx_packets, q1.tx_packets
+    );
+    assert!(
+        q1.rx_packets > 0 && q1.tx_packets >= 3,
+        "queue pair 1 of port {port} unused: {st:?}"
+    );
 }
 
 fn hex(b: &[u8]) -> String {
