@@ -10,7 +10,9 @@
 use std::fs::File;
 use std::sync::Arc;
 
-use vm_memory::{GuestAddress, GuestMemoryRegion, GuestRegionMmap};
+use std::os::fd::AsFd;
+
+use crate::sys::guarded::GuardedMap;
 
 /// Why a memory table was refused.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +26,7 @@ pub enum MemoryError {
         size: u64,
         /// Why.
         #[source]
-        source: vhost::vhost_user::Error,
+        source: std::io::Error,
     },
     /// A region is empty or wraps the address space.
     #[error("invalid guest memory region at {gpa:#x} (+{size:#x})")]
@@ -58,8 +60,8 @@ pub(crate) struct Region {
     pub vmm_va: u64,
     /// Offset of the region in its file, as the frontend sent it.
     pub mmap_offset: u64,
-    /// Keeps the mapping alive.
-    _map: Arc<GuestRegionMmap>,
+    /// Keeps the mapping (and its guard areas) alive.
+    _map: Arc<GuardedMap>,
 }
 
 /// A frontend's memory table, mapped.
@@ -89,7 +91,6 @@ impl GuestMemory {
         if desc.size == 0
             || desc.gpa.checked_add(desc.size).is_none()
             || desc.vmm_va.checked_add(desc.size).is_none()
-            || usize::try_from(desc.size).is_err()
         {
             return Err(MemoryError::InvalidRegion {
                 gpa: desc.gpa,
@@ -98,7 +99,7 @@ impl GuestMemory {
         }
         // A mapping past the end of its file maps, but the first access
         // there (a descriptor the guest points at it) is a SIGBUS of the
-        // whole process: refuse it (the `vm-memory` check is gone).
+        // whole process: refuse it.
         if let Ok(md) = file.metadata() {
             let fits =
                 matches!(desc.mmap_offset.checked_add(desc.size), Some(end) if end <= md.len());
@@ -109,27 +110,20 @@ impl GuestMemory {
                 });
             }
         }
-        let vu = vhost::vhost_user::message::VhostUserMemoryRegion::new(
-            desc.gpa,
-            desc.size,
-            desc.vmm_va,
-            desc.mmap_offset,
-        );
-        let mmap = vu
-            .mmap_region::<()>(file)
-            .map_err(|source| MemoryError::Map {
-                gpa: desc.gpa,
-                size: desc.size,
-                source,
+        let size = usize::try_from(desc.size).map_err(|_| MemoryError::InvalidRegion {
+            gpa: desc.gpa,
+            size: desc.size,
+        })?;
+        let map =
+            GuardedMap::map(Some(file.as_fd()), desc.mmap_offset, size).map_err(|source| {
+                MemoryError::Map {
+                    gpa: desc.gpa,
+                    size: desc.size,
+                    source,
+                }
             })?;
-        let map = GuestRegionMmap::new(mmap, GuestAddress(desc.gpa)).ok_or(
-            MemoryError::InvalidRegion {
-                gpa: desc.gpa,
-                size: desc.size,
-            },
-        )?;
         let hva = map.as_ptr() as usize;
-        debug_assert_eq!(map.len(), desc.size);
+        debug_assert_eq!(map.len(), size);
         Ok(Region {
             gpa: desc.gpa,
             len: desc.size,
@@ -288,8 +282,7 @@ impl GuestMemory {
         let regions = ranges
             .iter()
             .map(|&(gpa, size)| {
-                let m = vm_memory::MmapRegion::<()>::new(size).expect("anonymous mapping");
-                let map = GuestRegionMmap::new(m, GuestAddress(gpa)).expect("region");
+                let map = GuardedMap::map(None, 0, size).expect("anonymous mapping");
                 Region {
                     gpa,
                     len: size as u64,

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `socket.rs` | `socket`, `setsockopt`/`getsockopt` of plain-data options, `bind`, `MSG_PEEK` reads, the zero-length `send`/`sendto`/`recvfrom` kicks |
 //! | `mmap.rs` | an owned mapping shared with the kernel, with bounds-checked accessors |
+//! | `guarded.rs` | a guest memory region mapped between two inaccessible guard areas |
 //! | `netdev.rs` | interface names (one validation rule), `if_nametoindex`, MTU, `IFF_UP` |
 //! | `packet.rs` | AF_PACKET: the socket, `bind` to an interface, `PACKET_STATISTICS`, the TX ring kick |
 //! | `xdp.rs` | AF_XDP: the socket, UMEM registration, ring sizes and offsets, `bind`, statistics, wake-ups, the rings' shared memory |
@@ -28,6 +29,7 @@ use std::io;
 
 pub(crate) mod bpf;
 pub mod caps;
+pub(crate) mod guarded;
 pub(crate) mod mmap;
 pub(crate) mod netdev;
 pub mod netns;
