@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use vhost_net_backend::test_utils::{DriverOpts, TestDriver};
 use vhu_api::client::{self, ClientError};
 use vhu_api::PortStats;
 
@@ -436,6 +437,19 @@ impl SwitchProc {
             fds,
             ..Footprint::of(self.pid())
         }
+    }
+
+    /// The library's in-process driver connected to vhost-user port
+    /// `port`'s socket (`<port>.sock` in the socket directory), negotiated
+    /// with the default options.
+    ///
+    /// # Panics
+    ///
+    /// If it cannot connect or negotiate (with the switch's log).
+    pub fn driver(&self, port: &str) -> TestDriver {
+        let sock = self.sockets.join(format!("{port}.sock"));
+        TestDriver::connect(&sock, DriverOpts::default())
+            .unwrap_or_else(|e| panic!("connect to port {port}: {e}\n{}", self.log()))
     }
 
     /// `POST /fdb` of a static entry (201).

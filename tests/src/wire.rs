@@ -1,9 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
 //! Byte-level helpers for the frames the uplink tests build and check: the
-//! hex form the peer programs print and read, big-endian fields, and the
-//! Internet checksums (through the library's public RFC 1071 functions).
+//! hex form the peer programs print and read, big-endian fields, the
+//! Internet checksums (through the library's public RFC 1071 functions),
+//! and the numbered frames the switch tests stream.
 
 use vhost_net_backend::io::offload::{checksum, pseudo_header_checksum};
+
+use crate::netns::mac_octets;
+
+/// The experimental EtherType (IEEE 802 local experimental 1) of
+/// [`numbered_frame`].
+pub const EXPERIMENTAL_ETHERTYPE: u16 = 0x88b5;
+
+/// Frame `seq` from `src` to `dst` (MACs as `aa:bb:..`), `len` bytes (at
+/// least 22): the experimental EtherType, `seq` (little-endian), then a
+/// pattern of `seq`, so that a frame altered, truncated or delivered out
+/// of order is told from the one expected.
+///
+/// # Panics
+///
+/// On a malformed MAC.
+pub fn numbered_frame(dst: &str, src: &str, seq: u64, len: usize) -> Vec<u8> {
+    let mut f = Vec::with_capacity(len);
+    f.extend_from_slice(&mac_octets(dst));
+    f.extend_from_slice(&mac_octets(src));
+    f.extend_from_slice(&EXPERIMENTAL_ETHERTYPE.to_be_bytes());
+    f.extend_from_slice(&seq.to_le_bytes());
+    f.extend((22..len).map(|i| (i as u8).wrapping_mul(13) ^ seq as u8));
+    f
+}
 
 /// The bytes of a hex string (two digits a byte), as the peer programs
 /// print frames.

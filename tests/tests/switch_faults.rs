@@ -65,12 +65,13 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver};
+use vhost_net_backend::test_utils::{RxLayout, TestDriver};
 use vhu_api::PortView;
 use vhu_tests::driver::send_all;
-use vhu_tests::netns::{mac_octets, VethPair};
+use vhu_tests::netns::VethPair;
 use vhu_tests::switch::SwitchProc;
 use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd};
+use vhu_tests::wire::numbered_frame;
 
 const MAC_A: &str = "02:00:00:fa:00:0a";
 const MAC_B: &str = "02:00:00:fa:00:0b";
@@ -93,23 +94,9 @@ const PER_CYCLE: usize = 4;
 /// (KiB): allocator slack, far below one leaked 32 MiB guest mapping.
 const RSS_SLACK_KB: u64 = 4096;
 
-/// Frame `seq` from `src` to `dst`: an experimental EtherType, the number,
-/// then a pattern; 64 to 575 bytes.
+/// Frame `seq` from `src` to `dst`, 64 to 575 bytes.
 fn frame(dst: &str, src: &str, seq: u64) -> Vec<u8> {
-    let len = 64 + (seq % 512) as usize;
-    let mut f = Vec::with_capacity(len);
-    f.extend_from_slice(&mac_octets(dst));
-    f.extend_from_slice(&mac_octets(src));
-    f.extend_from_slice(&[0x88, 0xb5]);
-    f.extend_from_slice(&seq.to_le_bytes());
-    f.extend((22..len).map(|i| (i as u8).wrapping_mul(13) ^ seq as u8));
-    f
-}
-
-fn driver(sw: &SwitchProc, port: &str) -> TestDriver {
-    let sock = sw.sockets.join(format!("{port}.sock"));
-    TestDriver::connect(&sock, DriverOpts::default())
-        .unwrap_or_else(|e| panic!("connect to port {port}: {e}\n{}", sw.log()))
+    numbered_frame(dst, src, seq, 64 + (seq % 512) as usize)
 }
 
 /// Receives `n` frames on `d` and checks them against `want`, in order;
@@ -149,7 +136,7 @@ impl Stream {
     /// Starts the stream on `a`, `b` and `s` (`s` to `host_mac` once
     /// [`Counts::to_s`] is set).
     fn start(sw: &SwitchProc, host_mac: String) -> Self {
-        let (mut a, mut b, mut s) = (driver(sw, "a"), driver(sw, "b"), driver(sw, "s"));
+        let (mut a, mut b, mut s) = (sw.driver("a"), sw.driver("b"), sw.driver("s"));
         b.post_rx_buffers(0, 256, 2048, RxLayout::Single).unwrap();
         b.kick_rx(0);
         let counts = Arc::new(Counts::default());
@@ -245,7 +232,7 @@ fn dropped(q: &vhu_api::QueueStats) -> u64 {
 /// One cycle of port `r`: connect, 4 frames each way with `q`, return the
 /// driver (the caller hangs up).
 fn r_cycle(sw: &SwitchProc, q: &mut TestDriver, cycle: u64) -> TestDriver {
-    let mut r = driver(sw, "r");
+    let mut r = sw.driver("r");
     r.post_rx_buffers(0, 16, 2048, RxLayout::Single).unwrap();
     r.kick_rx(0);
     let base = cycle * PER_CYCLE as u64;
@@ -334,7 +321,7 @@ fn faults_under_traffic_lose_nothing() {
 
     let mut tp = c_frontend(&sw);
     let stream = Stream::start(&sw, host_mac.clone());
-    let mut q = driver(&sw, "q");
+    let mut q = sw.driver("q");
     q.post_rx_buffers(0, 64, 2048, RxLayout::Single).unwrap();
     q.kick_rx(0);
 
@@ -521,7 +508,7 @@ fn faults_under_traffic_lose_nothing() {
 
     // ----- 4. SET_MEM_TABLE while frames flow -----
     sw.call("PUT", "/log-level", r#"{"level":"debug"}"#, 200);
-    let mut r = driver(&sw, "r");
+    let mut r = sw.driver("r");
     r.post_rx_buffers(0, 200, 2048, RxLayout::Single).unwrap();
     r.kick_rx(0);
     let tables = |sw: &SwitchProc| {
@@ -740,7 +727,7 @@ fn kill_frontends(sw: &SwitchProc) {
     assert!(!v.state.connected, "k is connected with no frontend: {v:?}");
     // The port takes a new frontend and its frames.
     let before = sw.settle(&["k"]).remove(0).total.tx_packets;
-    let mut k = driver(sw, "k");
+    let mut k = sw.driver("k");
     let frames: Vec<Vec<u8>> = (0..10)
         .map(|i| frame("ff:ff:ff:ff:ff:ff", MAC_K, i))
         .collect();

@@ -37,17 +37,17 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver};
+use vhost_net_backend::test_utils::{RxLayout, TestDriver};
 use vhu_api::PortView;
 use vhu_tests::driver::send_all;
-use vhu_tests::netns::{mac_octets, VethPair};
+use vhu_tests::netns::VethPair;
 use vhu_tests::switch::{switch_bin, SwitchOpts, SwitchProc};
 use vhu_tests::testpmd::RunDir;
+use vhu_tests::wire::{numbered_frame, EXPERIMENTAL_ETHERTYPE};
 
 const MAC_A: &str = "02:00:00:cb:00:0a";
 const MAC_B: &str = "02:00:00:cb:00:0b";
 const MAC_N: &str = "02:00:00:cb:00:0e";
-const ETHERTYPE: u16 = 0x88b5;
 
 /// `CAP_CHOWN`, `CAP_DAC_OVERRIDE`, `CAP_NET_ADMIN`, `CAP_NET_RAW`,
 /// `CAP_IPC_LOCK`, `CAP_SYS_ADMIN`, `CAP_BPF`: what the port kinds may use.
@@ -56,14 +56,7 @@ const CAP_NET_RAW: u64 = 1 << 13;
 const CAP_SYS_ADMIN: u64 = 1 << 21;
 
 fn frame(dst: &str, src: &str, seq: u64) -> Vec<u8> {
-    let len = 64 + (seq % 200) as usize;
-    let mut f = Vec::with_capacity(len);
-    f.extend_from_slice(&mac_octets(dst));
-    f.extend_from_slice(&mac_octets(src));
-    f.extend_from_slice(&ETHERTYPE.to_be_bytes());
-    f.extend_from_slice(&seq.to_le_bytes());
-    f.extend((22..len).map(|i| (i as u8).wrapping_mul(7) ^ seq as u8));
-    f
+    numbered_frame(dst, src, seq, 64 + (seq % 200) as usize)
 }
 
 /// `setpriv` as `nobody:nogroup`, no supplementary groups, holding `caps`
@@ -131,9 +124,7 @@ fn own_bounding() -> u64 {
 }
 
 fn driver(sw: &SwitchProc, port: &str) -> TestDriver {
-    let sock = sw.sockets.join(format!("{port}.sock"));
-    let mut d = TestDriver::connect(&sock, DriverOpts::default())
-        .unwrap_or_else(|e| panic!("connect to port {port}: {e}\n{}", sw.log()));
+    let mut d = sw.driver(port);
     d.post_rx_buffers(0, 128, 2048, RxLayout::Single)
         .expect("post RX buffers");
     d.kick_rx(0);
@@ -152,7 +143,7 @@ fn recv_exact(d: &mut TestDriver, want: &[Vec<u8>], what: &str) {
         got.extend(
             fs.into_iter()
                 .map(|f| f.data)
-                .filter(|f| f.len() >= 14 && f[12..14] == ETHERTYPE.to_be_bytes()),
+                .filter(|f| f.len() >= 14 && f[12..14] == EXPERIMENTAL_ETHERTYPE.to_be_bytes()),
         );
         if n > 0 {
             d.post_rx_buffers(0, n, 2048, RxLayout::Single)

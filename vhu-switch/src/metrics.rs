@@ -19,6 +19,7 @@
 //! | `vhu_pmd_busy_cycles_total`, `vhu_pmd_idle_cycles_total`, `vhu_pmd_frames_total`, `vhu_pmd_busy_rounds_total` | counter | `pmd` |
 //! | `vhu_fdb_entries` | gauge | |
 //! | `vhu_fdb_learned_total`, `vhu_fdb_moved_total`, `vhu_fdb_aged_total`, `vhu_fdb_limit_hits_total` | counter | |
+//! | `vhu_guest_memory_faults_total` | counter | |
 
 use std::fmt::Write;
 
@@ -74,6 +75,10 @@ pub struct Snapshot {
     pub fdb_entries: u64,
     /// FDB counters.
     pub fdb: FdbCounters,
+    /// Pages of guest memory read as zeros after their frontend truncated
+    /// its memory file under the mapping
+    /// (`vhost_net_backend::sys::sigbus`).
+    pub guest_memory_faults: u64,
 }
 
 /// Writes families of samples in the text format.
@@ -304,6 +309,12 @@ pub fn render(s: &Snapshot) -> String {
     )];
     emit(&mut e, Kind::Gauge, &entries, &whole);
     emit(&mut e, Kind::Counter, &FDB_FAMILIES, &whole);
+    let faults: [Family<Snapshot>; 1] = [(
+        "vhu_guest_memory_faults_total",
+        "Pages of guest memory a frontend truncated away under the switch's mapping, read as zeros since (its own frames from there are lost).",
+        |s| s.guest_memory_faults,
+    )];
+    emit(&mut e, Kind::Counter, &faults, &whole);
     e.finish()
 }
 
@@ -340,6 +351,7 @@ mod tests {
                 learned: 4,
                 ..FdbCounters::default()
             },
+            guest_memory_faults: 1,
         };
         let t = render(&s);
         assert!(
@@ -360,6 +372,7 @@ mod tests {
         assert!(t.contains("vhu_port_announces_refused_total{port=\"vm\\\"1\"} 1\n"));
         assert!(t.contains("vhu_fdb_entries 3\n"));
         assert!(t.contains("vhu_fdb_learned_total 4\n"));
+        assert!(t.contains("vhu_guest_memory_faults_total 1\n"));
         // Each family: HELP, then TYPE, then its samples only.
         let mut family = "";
         for line in t.lines() {

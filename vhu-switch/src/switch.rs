@@ -949,6 +949,7 @@ impl Control for Switch {
             pmds,
             fdb_entries,
             fdb,
+            guest_memory_faults: vhost_net_backend::sys::sigbus::faults(),
         })
     }
 

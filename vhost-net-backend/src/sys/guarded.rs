@@ -18,6 +18,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::{self, NonNull};
 
 use super::check;
+use super::sigbus::{self, Registration};
 
 /// `f_type` of a hugetlbfs file system (`linux/magic.h`).
 const HUGETLBFS_MAGIC: libc::c_long = 0x9584_58f6;
@@ -32,6 +33,9 @@ pub(crate) struct GuardedMap {
     /// The first byte asked for.
     start: NonNull<u8>,
     len: usize,
+    /// A file mapping's SIGBUS protection (`sigbus.rs`), released before
+    /// the mapping.
+    sigbus: Option<Registration>,
 }
 
 // SAFETY: the value only owns the mapping and hands out its address; the
@@ -100,11 +104,13 @@ impl GuardedMap {
         debug_assert_eq!(p as usize, at);
         // `at + lead` is inside the mapping, hence not null.
         let start = NonNull::new((at + lead) as *mut u8).ok_or_else(invalid)?;
+        let sigbus = fd.is_some().then(|| sigbus::register(at, map_len, page));
         Ok(Self {
             base,
             total,
             start,
             len,
+            sigbus,
         })
     }
 
@@ -127,6 +133,7 @@ impl GuardedMap {
 
 impl Drop for GuardedMap {
     fn drop(&mut self) {
+        drop(self.sigbus.take());
         // SAFETY: `base`/`total` is the reservation this value made and owns
         // (the mapping inside it included); the `Arc`s of the memory table
         // keep this value alive while any ring can still use the region.

@@ -8,6 +8,7 @@
 //! | `socket.rs` | `socket`, `setsockopt`/`getsockopt` of plain-data options, `bind`, `MSG_PEEK` reads, the zero-length `send`/`sendto`/`recvfrom` kicks |
 //! | `mmap.rs` | an owned mapping shared with the kernel, with bounds-checked accessors |
 //! | `guarded.rs` | a guest memory region mapped between two inaccessible guard areas |
+//! | `sigbus.rs` | the SIGBUS handler that replaces pages of guest memory a frontend truncated away with zeros |
 //! | `netdev.rs` | interface names (one validation rule), `if_nametoindex`, MTU, `IFF_UP` |
 //! | `packet.rs` | AF_PACKET: the socket, `bind` to an interface, `PACKET_STATISTICS`, the TX ring kick |
 //! | `xdp.rs` | AF_XDP: the socket, UMEM registration, ring sizes and offsets, `bind`, statistics, wake-ups, the rings' shared memory |
@@ -34,6 +35,7 @@ pub(crate) mod mmap;
 pub(crate) mod netdev;
 pub mod netns;
 pub(crate) mod packet;
+pub mod sigbus;
 pub(crate) mod socket;
 mod thread;
 mod tsc;

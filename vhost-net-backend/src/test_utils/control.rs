@@ -61,7 +61,7 @@ impl TestDriver {
             frontend,
             sock: raw,
             mem,
-            _memfd: memfd,
+            memfd,
             opts,
             offered: 0,
             acked: 0,
@@ -585,6 +585,19 @@ impl TestDriver {
     pub fn resend_mem_table(&mut self) -> Result<(), DriverError> {
         let regions = region_infos(&self.mem)?;
         req("SET_MEM_TABLE", self.frontend.set_mem_table(&regions)).map(drop)
+    }
+
+    /// Truncates the memory file shared with the backend to `len` bytes, as a hostile
+    /// frontend may after `SET_MEM_TABLE`: the backend's mapping of what is cut off no longer
+    /// has pages behind it (an access there is a SIGBUS unless the backend recovers from it).
+    /// This driver must not touch guest memory past `len` afterwards (nor may its rings and
+    /// buffers lie there): its own accesses would fault the same way.
+    ///
+    /// # Errors
+    ///
+    /// The `ftruncate` error.
+    pub fn truncate_memory_file(&self, len: u64) -> std::io::Result<()> {
+        self.memfd.set_len(len)
     }
 
     /// Closes the connection (the frontend and the raw socket handle) and unmaps guest memory.

@@ -192,7 +192,7 @@ pub struct TestDriver {
     sock: UnixStream,
     mem: GuestMemoryMmap,
     /// Kept so the memfd outlives the mappings (vm-memory also holds it).
-    _memfd: File,
+    memfd: File,
     opts: DriverOpts,
     offered: u64,
     acked: u64,
