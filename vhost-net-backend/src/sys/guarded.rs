@@ -188,7 +188,7 @@ unsafe fn unmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::Write;
     use std::os::fd::AsFd;
@@ -245,7 +245,8 @@ mod tests {
         assert!(GuardedMap::map(None, 8, page).is_err());
     }
 
-    fn tempfile_with(bytes: &[u8]) -> std::fs::File {
+    /// An unlinked temporary file holding `bytes`.
+    pub(crate) fn tempfile_with(bytes: &[u8]) -> std::fs::File {
         let path = std::env::temp_dir().join(format!(
             "vhu-guarded-{}-{:?}",
             std::process::id(),

@@ -192,23 +192,14 @@ fn installed() -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::guarded::tests::tempfile_with;
     use crate::sys::guarded::GuardedMap;
-    use std::io::Write;
     use std::os::fd::AsFd;
 
     #[test]
     fn a_truncated_file_reads_as_zeros_and_is_counted() {
         let page = crate::sys::mmap::page_size();
-        let path = std::env::temp_dir().join(format!("vhu-sigbus-{}", std::process::id()));
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        std::fs::remove_file(&path).unwrap();
-        f.write_all(&vec![0x77; 4 * page]).unwrap();
+        let f = tempfile_with(&vec![0x77; 4 * page]);
         let m = GuardedMap::map(Some(f.as_fd()), 0, 4 * page).unwrap();
         installed().unwrap();
         let p = m.as_ptr();
