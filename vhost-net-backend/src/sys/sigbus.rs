@@ -9,7 +9,7 @@
 //! dies with every other guest's port. DPDK's vhost library and QEMU's
 //! libvhost-user die there.
 //!
-//! Here each mapped region is registered ([`register`]); a SIGBUS handler
+//! Here each mapped region is registered (`register`); a SIGBUS handler
 //! looks the faulting address up, maps one page of private zeroed memory
 //! over the faulting page (of the region's page size) and returns, so the
 //! access is retried and reads zeros or writes into memory nobody else
