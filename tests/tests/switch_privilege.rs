@@ -258,7 +258,8 @@ fn unprivileged_switch_serves_vhost_user_and_refuses_af_packet() {
 }
 
 /// Sends `n` frames from `MAC_N` to `dst` on `ifname` (AF_PACKET), then
-/// prints how many of ours it received within `secs` seconds.
+/// prints how many of ours it received within `secs` seconds. Its frames
+/// are [`frame`]'s (`wire::numbered_frame`: the pattern `j * 13 ^ seq`).
 const PEER: &str = r#"
 import socket, struct, sys, time
 ifname, dst, n, secs = sys.argv[1], bytes.fromhex(sys.argv[2].replace(':', '')), int(sys.argv[3]), float(sys.argv[4])
@@ -266,7 +267,7 @@ src = bytes.fromhex(sys.argv[5].replace(':', ''))
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88b5))
 s.bind((ifname, 0x88b5))
 for i in range(n):
-    body = struct.pack('<Q', 1000 + i) + bytes(((j * 7) ^ (1000 + i)) & 0xff for j in range(22, 64 + (1000 + i) % 200))
+    body = struct.pack('<Q', 1000 + i) + bytes(((j * 13) ^ (1000 + i)) & 0xff for j in range(22, 64 + (1000 + i) % 200))
     s.send(dst + src + b'\x88\xb5' + body)
 print('sent', n, flush=True)
 s.settimeout(0.2)
