@@ -106,13 +106,9 @@ kind = "vhost-user"
 vlan = 10
 "#;
 
-fn frame(dst: &str, src: &str, seq: u64, len: usize) -> Vec<u8> {
-    numbered_frame(dst, src, seq, len)
-}
-
 /// The stream's frame `seq` from `a` to `b` (64 to 575 bytes).
 fn ab_frame(seq: u64) -> Vec<u8> {
-    frame(MAC_B, MAC_A, seq, 64 + (seq % 512) as usize)
+    numbered_frame(MAC_B, MAC_A, seq, 64 + (seq % 512) as usize)
 }
 
 // ===== the stream a -> b (and h) =====
@@ -153,7 +149,7 @@ impl Stream {
             while !c.stop.load(Ordering::Relaxed) {
                 let mut burst: Vec<Vec<u8>> =
                     (0..BURST as u64).map(|i| ab_frame(seq_b + i)).collect();
-                burst.extend((0..TO_H as u64).map(|i| frame(MAC_H, MAC_A, seq_h + i, 60)));
+                burst.extend((0..TO_H as u64).map(|i| numbered_frame(MAC_H, MAC_A, seq_h + i, 60)));
                 let n = send_all(&mut a, &burst, Duration::from_secs(5));
                 assert_eq!(n, burst.len(), "a's TX ring stalled");
                 seq_b += BURST as u64;
@@ -289,7 +285,7 @@ impl Hostile {
             .map(|_| drv.reserve_desc(0, true).unwrap())
             .collect();
         let mut b = drv.zero_hdr();
-        b.extend_from_slice(&frame(MAC_Z, MAC_H, 0xbad, 60));
+        b.extend_from_slice(&numbered_frame(MAC_Z, MAC_H, 0xbad, 60));
         let buf = Self::write(&mut drv, &b);
         Self {
             drv,
@@ -330,7 +326,7 @@ impl Hostile {
         let hdr = self.drv.hdr_len();
         let header_only = Self::write(&mut self.drv, &vec![0; hdr]);
         let mut big = self.drv.zero_hdr();
-        big.extend_from_slice(&frame(MAC_Z, MAC_H, 1, 2000));
+        big.extend_from_slice(&numbered_frame(MAC_Z, MAC_H, 1, 2000));
         let big = Self::write(&mut self.drv, &big);
         let inner = self.table(&[(gpa, len, 0, 0)]);
         let nested = self.table(&[(inner, 16, INDIRECT, 0)]);
@@ -883,7 +879,7 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
     sw.wait_log_count("port h: frontend disconnected", 1, Duration::from_secs(10));
     let mut h2 = sw.driver("h");
     let frames: Vec<Vec<u8>> = (0..50)
-        .map(|i| frame(MAC_Z, MAC_H, i, 60 + i as usize))
+        .map(|i| numbered_frame(MAC_Z, MAC_H, i, 60 + i as usize))
         .collect();
     assert_eq!(send_all(&mut h2, &frames, Duration::from_secs(5)), 50);
     let got = z.recv_frames_until(0, 50, Duration::from_secs(5));

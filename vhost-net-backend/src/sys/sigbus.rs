@@ -29,8 +29,7 @@ use std::sync::OnceLock;
 use super::check;
 
 /// Regions that can be registered at once (over all ports); a region that
-/// finds no free slot is mapped unprotected (and counted in
-/// [`unprotected`]).
+/// finds no free slot is mapped unprotected (with a warning).
 const SLOTS: usize = 4096;
 
 /// A free slot has `START[i] == 0`. `END[i]` and `PAGE[i]` are written
@@ -41,7 +40,6 @@ static END: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 static PAGE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 
 static FAULTS: AtomicU64 = AtomicU64::new(0);
-static UNPROTECTED: AtomicU64 = AtomicU64::new(0);
 
 /// The disposition of SIGBUS before ours, or the error installing ours.
 static PREVIOUS: OnceLock<Result<Previous, i32>> = OnceLock::new();
@@ -59,12 +57,6 @@ unsafe impl Send for Previous {}
 /// Pages of guest memory replaced by zeros after a SIGBUS, since start.
 pub fn faults() -> u64 {
     FAULTS.load(Ordering::Relaxed)
-}
-
-/// Regions mapped without SIGBUS protection (no free slot, or the handler
-/// could not be installed), since start.
-pub fn unprotected() -> u64 {
-    UNPROTECTED.load(Ordering::Relaxed)
 }
 
 /// A registered region; unregisters on drop.
@@ -87,8 +79,15 @@ impl Drop for Registration {
 /// unmapping the range.
 pub(crate) fn register(start: usize, len: usize, page: usize) -> Registration {
     debug_assert!(page.is_power_of_two() && start.is_multiple_of(page));
-    if start == 0 || install().is_err() {
-        UNPROTECTED.fetch_add(1, Ordering::Relaxed);
+    if start == 0 {
+        // A slot holding 0 is a free one; a mapping never starts there.
+        return Registration(None);
+    }
+    if let Err(e) = install() {
+        tracing::warn!(
+            "guest memory at {start:#x} (+{len:#x}) mapped without SIGBUS protection: \
+             the handler could not be installed (errno {e})"
+        );
         return Registration(None);
     }
     for i in 0..SLOTS {
@@ -101,7 +100,10 @@ pub(crate) fn register(start: usize, len: usize, page: usize) -> Registration {
             return Registration(Some(i));
         }
     }
-    UNPROTECTED.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        "guest memory at {start:#x} (+{len:#x}) mapped without SIGBUS protection: \
+         all {SLOTS} slots in use"
+    );
     Registration(None)
 }
 
