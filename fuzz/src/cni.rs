@@ -282,10 +282,29 @@ fn check_attachment(conf: &NetConf, env: &CniEnv) {
 
     let t = &conf.host_socket_dir;
     let host = match attach::host_dirs(conf, env) {
+        // A deviceID names the device plugin's directory, which must exist
+        // (the one lookup this makes on the filesystem).
+        Err(e) if conf.device_id.is_some() => {
+            check_error(&e, &[INVALID_CONFIG], "host_dirs");
+            assert!(e.msg.contains("deviceID"), "{e:?}");
+            None
+        }
         Err(e) => {
             check_error(&e, &[INVALID_ENV], "host_dirs");
             assert!(t.contains("{podUID}") && env.pod_uid().is_none(), "{e:?}");
             None
+        }
+        Ok(h) if conf.device_id.is_some() => {
+            let id = conf.device_id.as_deref().unwrap_or_default();
+            assert_eq!(h.pod_dir, conf.device_dir.join(id));
+            assert!(!h.owns_pod_dir);
+            assert_eq!(h.socket, h.pod_dir.join(&env.ifname).join("sock"));
+            assert!(
+                clean(&h.socket),
+                "socket {:?} leaves its directory",
+                h.socket
+            );
+            Some(h)
         }
         Ok(h) => {
             assert_eq!(h.if_dir, h.pod_dir.join(&env.ifname));
@@ -378,6 +397,14 @@ pub fn seeds() -> Vec<(String, Vec<u8>, Outcome)> {
             ok(v, Some(Ok(())), Command::Add),
         ));
     }
+    // A device plugin's device whose directory does not exist: ADD's
+    // lookup refuses it (a configuration error), the parse accepts it.
+    out.push((
+        "add-vhost-user-device-id".into(),
+        r#"{"cniVersion":"1.1.0","name":"vm-net","type":"vhu-cni","kind":"vhost-user","deviceID":"106","deviceDir":"/nonexistent/vhu/dp"}"#.into(),
+        add("c3", k8s),
+        ok("1.1.0", Some(Ok(())), Command::Add),
+    ));
     let mut del = add("c1", k8s);
     del[0] = Some("DEL".into());
     del[3] = None;
