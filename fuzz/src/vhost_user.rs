@@ -58,6 +58,8 @@ pub const QUEUE_PAIRS: u16 = 2;
 
 const VRINGS: u32 = QUEUE_PAIRS as u32 * 2;
 const NEED_REPLY: u32 = 0x8;
+/// `VHOST_USER_PROTOCOL_F_REPLY_ACK`.
+const REPLY_ACK: u64 = 1 << 3;
 
 /// Request codes (vhost-user spec).
 pub mod req {
@@ -231,6 +233,10 @@ struct Msg {
     raw: bool,
     /// What the model says of it.
     verdict: Verdict,
+    /// The model is sure no reply comes: a `NEED_REPLY` the `vhost` crate
+    /// ignores because `REPLY_ACK` is not negotiated (replies carry no
+    /// sequence number, so the matching must know which are missing).
+    silent: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,6 +255,10 @@ struct Model {
     /// Acked features (as the port's mirror has them).
     acked: u64,
     owned: bool,
+    /// `GET_FEATURES` was answered (the `vhost` crate keeps the offer).
+    offer_seen: bool,
+    /// The last `SET_PROTOCOL_FEATURES` had `REPLY_ACK`.
+    reply_ack_asked: bool,
     /// Gave up (a raw message).
     lost: bool,
 }
@@ -256,6 +266,13 @@ struct Model {
 impl Model {
     fn packed_possible(&self) -> bool {
         self.acked & bits::RING_PACKED != 0
+    }
+
+    /// Whether the `vhost` crate answers `NEED_REPLY` (its rule: the offer
+    /// it read has `PROTOCOL_FEATURES` and the acked protocol features
+    /// have `REPLY_ACK`; neither is reset by `RESET_OWNER`).
+    fn reply_ack(&self) -> bool {
+        self.offer_seen && offered() & bits::PROTOCOL_FEATURES != 0 && self.reply_ack_asked
     }
 }
 
@@ -381,7 +398,9 @@ fn structured(fx: &mut Fixture, inp: &mut Input, m: &mut Model, sel: u8) -> Msg 
             if v & !offered_protocol() != 0 {
                 verdict = Verdict::Refused("protocol features outside the offer");
             }
+            m.reply_ack_asked = v & REPLY_ACK != 0;
         }
+        req::GET_FEATURES => m.offer_seen = true,
         req::SET_OWNER => {
             if m.owned {
                 verdict = Verdict::Refused("second SET_OWNER");
@@ -533,6 +552,20 @@ fn structured(fx: &mut Fixture, inp: &mut Input, m: &mut Model, sel: u8) -> Msg 
         }
         _ => {}
     }
+    // The port takes these itself and answers a NEED_REPLY whatever was
+    // negotiated (`early_vring_enable` in port.rs).
+    let port_answers = match code {
+        req::SET_VRING_ENABLE => m.acked & bits::PROTOCOL_FEATURES == 0,
+        req::SET_LOG_FD | req::SEND_RARP => true,
+        _ => false,
+    };
+    let silent = flags & NEED_REPLY != 0
+        && !is_get(code)
+        && code != req::SET_LOG_BASE
+        && verdict == Verdict::Unknown
+        && !m.lost
+        && !port_answers
+        && !m.reply_ack();
     Msg {
         code,
         flags,
@@ -541,6 +574,7 @@ fn structured(fx: &mut Fixture, inp: &mut Input, m: &mut Model, sel: u8) -> Msg 
         fds,
         raw: false,
         verdict,
+        silent,
     }
 }
 
@@ -561,6 +595,7 @@ fn raw(inp: &mut Input) -> Msg {
         fds,
         raw: true,
         verdict: Verdict::Unknown,
+        silent: false,
     }
 }
 
@@ -576,10 +611,11 @@ impl Msg {
 
     fn can_reply(&self) -> bool {
         // The `vhost` crate answers SET_LOG_BASE whatever its flags.
-        is_get(self.code)
-            || self.code == req::SET_LOG_BASE
-            || self.flags & NEED_REPLY != 0
-            || self.raw
+        !self.silent
+            && (is_get(self.code)
+                || self.code == req::SET_LOG_BASE
+                || self.flags & NEED_REPLY != 0
+                || self.raw)
     }
 }
 
@@ -624,6 +660,12 @@ fn u64_of(p: &[u8]) -> Option<u64> {
     p.try_into().ok().map(u64::from_le_bytes)
 }
 
+/// Whether to print each message (`VHU_FUZZ_TRACE=1`, for triage).
+fn trace() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("VHU_FUZZ_TRACE").is_some())
+}
+
 /// Runs one input; panics on a finding.
 pub fn outcome(data: &[u8]) -> Outcome {
     let mut fx = fixture().lock().unwrap_or_else(|p| p.into_inner());
@@ -639,10 +681,24 @@ pub fn outcome(data: &[u8]) -> Outcome {
             let mut m = structured(&mut fx, &mut inp, &mut model, sel);
             if model.lost {
                 m.verdict = Verdict::Unknown;
+                m.silent = false;
             }
             m
         };
         msgs.push(m);
+    }
+    if trace() {
+        for (i, m) in msgs.iter().enumerate() {
+            eprintln!(
+                "#{i}: code {} flags {:#x} payload {:02x?} fds {} raw {} {:?}",
+                m.code,
+                m.flags,
+                m.payload,
+                m.fds.len(),
+                m.raw,
+                m.verdict
+            );
+        }
     }
     let mut out = Outcome {
         sent: msgs.len(),
@@ -702,6 +758,9 @@ pub fn outcome(data: &[u8]) -> Outcome {
             );
         };
         cursor = k + 1;
+        if trace() {
+            eprintln!("reply to #{k} ({code}): {payload:02x?}");
+        }
         let m = &msgs[k];
         if !m.raw {
             match code {
