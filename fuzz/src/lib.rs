@@ -7,6 +7,9 @@
 //!   against a reference model of the ring engine; every device operation
 //!   is checked for exact agreement (guest memory byte for byte, counters,
 //!   frames, return values).
+//! - [`ring_differential`]: a fuzzed split TX ring consumed by the engine
+//!   and by `virtio-queue` from the same memory image; whatever the engine
+//!   accepts, `virtio-queue` reads the same, and the used rings agree.
 //! - [`net_hdr`]: `VirtioNetHdr` wire round trips.
 //! - [`wire`]: the wire views, `L2Head`/`parse_headers` and the software
 //!   offloads (checksum completion, segmentation, `lend_within`) on
@@ -24,6 +27,7 @@ pub mod cni;
 pub mod http;
 pub mod input;
 pub mod net_hdr;
+pub mod ring_differential;
 pub mod rings;
 pub mod switching;
 pub mod vhost_user;

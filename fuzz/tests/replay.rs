@@ -2,7 +2,7 @@
 //! A triage tool, not a check (hence `#[ignore]`d, so the suite does not
 //! count it as a passing test): runs the inputs named in `VHU_FUZZ_INPUT`
 //! (colon-separated paths) through the harness named in `VHU_FUZZ_TARGET`
-//! (`rings` when unset; also `switching`, `vhost_user`, `wire`, `http`,
+//! (`rings` when unset; also `ring_differential`, `switching`, `vhost_user`, `wire`, `http`,
 //! `cni`) without libFuzzer and prints what each did:
 //! `VHU_FUZZ_TRACE=1 VHU_FUZZ_INPUT=artifacts/rings/crash-... cargo test --test replay -- --ignored --nocapture`.
 
@@ -17,6 +17,7 @@ fn replay_inputs() {
         let target = std::env::var("VHU_FUZZ_TARGET").unwrap_or_else(|_| "rings".into());
         let what = match target.as_str() {
             "rings" => vhu_fuzz::rings::summary(&b),
+            "ring_differential" => format!("{:?}", vhu_fuzz::ring_differential::outcome(&b)),
             "switching" => format!("{:?}", vhu_fuzz::switching::outcome(&b)),
             "vhost_user" => format!("{:?}", vhu_fuzz::vhost_user::outcome(&b)),
             "wire" => format!("{:?}", vhu_fuzz::wire::outcome(&b)),

@@ -300,3 +300,31 @@ fn vhost_user_seeds() {
         }
     }
 }
+
+#[test]
+fn ring_differential_seeds() {
+    use vhost_net_backend::DropReason::{BadAddress, BadDescriptor, TooManySegments};
+    let seeds = vhu_fuzz::ring_differential::seeds();
+    generated("ring_differential", &seeds);
+    // What each generated seed does: frames handed out, drops by reason.
+    let want = [
+        ("direct-one-by-one", 8, vec![]),
+        ("direct-burst", 8, vec![]),
+        ("indirect-nested-unaligned", 2, vec![(BadDescriptor, 1)]),
+        ("bad-buffers", 2, vec![(BadDescriptor, 1), (BadAddress, 5)]),
+        ("links-and-heads", 0, vec![(BadDescriptor, 6)]),
+        ("indirect-segments-256", 1, vec![]),
+        ("indirect-segments-257", 0, vec![(TooManySegments, 1)]),
+    ];
+    assert_eq!(seeds.len(), want.len());
+    for ((name, b), (n, frames, drops)) in seeds.iter().zip(want) {
+        assert_eq!(name, n);
+        let o = vhu_fuzz::ring_differential::outcome(b);
+        assert_eq!((o.frames, o.drops), (frames, drops), "{name}");
+    }
+    for (p, b) in files("ring_differential") {
+        let o = vhu_fuzz::ring_differential::outcome(&b);
+        eprintln!("{}: {o:?}", p.display());
+        assert!(o.chains > 0, "{} lays no chain", p.display());
+    }
+}
