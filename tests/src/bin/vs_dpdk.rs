@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! vs-dpdk [--reps N] [--sizes 64,1514] [--huge no|yes|both] [--rings split,packed]
-//!         [--in-order default,0,1] [--warmup SECS] [--window SECS]
+//!         [--in-order default,0,1] [--warmup SECS] [--window SECS] [--histogram]
 //! ```
 //!
 //! Pinning (two cores): the frontend forwards on CPU 1; the backend (echo's
@@ -37,6 +37,10 @@
 //! instructions true` counts), `perf stat` of each backend process over the
 //! window adds cycles and instructions per frame; where it has none, the
 //! program says so.
+//!
+//! `--histogram` runs echo with `--histogram` and prints, per run, how full
+//! its bursts were and what each left in the rings (whole run, warm-up
+//! included).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,6 +74,8 @@ struct Args {
     in_order: Vec<Option<bool>>,
     warmup: Duration,
     window: Duration,
+    /// Echo prints how full its bursts were (`echo --histogram`).
+    histogram: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -81,6 +87,7 @@ fn parse_args() -> Result<Args, String> {
         in_order: vec![None],
         warmup: Duration::from_secs(3),
         window: Duration::from_secs(5),
+        histogram: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -124,6 +131,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--warmup" => a.warmup = Duration::from_secs(v()?.parse().map_err(|e| format!("{e}"))?),
             "--window" => a.window = Duration::from_secs(v()?.parse().map_err(|e| format!("{e}"))?),
+            "--histogram" => a.histogram = true,
             o => return Err(format!("unknown argument {o}")),
         }
     }
@@ -233,7 +241,11 @@ fn run(
                 &socket,
                 false,
                 1,
-                &["--poll", "busy", "--no-offloads"],
+                if a.histogram {
+                    &["--poll", "busy", "--no-offloads", "--histogram"]
+                } else {
+                    &["--poll", "busy", "--no-offloads"]
+                },
                 Some(&[0]),
             ))
         }
@@ -292,6 +304,11 @@ fn run(
             "  echo: dequeued {} delivered {} dropped {} (tx) {} (rx)",
             c.tx_packets, c.rx_packets, c.tx_dropped, c.rx_dropped
         );
+        for l in out.stdout.lines() {
+            if l.starts_with("bursts ") || l.starts_with("after ") {
+                println!("  echo: {l}");
+            }
+        }
         backend_features = Some(
             last_hex_after(&out.stderr, &[ECHO_FEATURES_MARKER])
                 .ok_or_else(|| format!("echo did not log its acked features\n{out}"))?,
