@@ -7,9 +7,10 @@
 //!   against a reference model of the ring engine; every device operation
 //!   is checked for exact agreement (guest memory byte for byte, counters,
 //!   frames, return values).
-//! - [`ring_differential`]: a fuzzed split TX ring consumed by the engine
-//!   and by `virtio-queue` from the same memory image; whatever the engine
-//!   accepts, `virtio-queue` reads the same, and the used rings agree.
+//! - [`ring_differential`]: a fuzzed split ring, TX or RX, consumed by the
+//!   engine and by `virtio-queue` from the same memory image; whatever the
+//!   engine accepts, `virtio-queue` reads or writes the same, and both
+//!   leave the same memory behind.
 //! - [`net_hdr`]: `VirtioNetHdr` wire round trips.
 //! - [`wire`]: the wire views, `L2Head`/`parse_headers` and the software
 //!   offloads (checksum completion, segmentation, `lend_within`) on

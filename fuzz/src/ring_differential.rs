@@ -1,28 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
-//! The `ring_differential` target: a fuzzed split TX ring consumed by our
-//! engine and by `virtio-queue`, the rust-vmm reference implementation,
-//! from the same guest memory image.
+//! The `ring_differential` target: a fuzzed split ring, TX or RX, consumed
+//! by our engine and by `virtio-queue`, the rust-vmm reference
+//! implementation, from the same guest memory image.
 //!
 //! # Input
 //!
 //! One configuration byte (ring size 16, 64 or 256; `INDIRECT_DESC`
-//! negotiated or not; one chain per `recv_burst` or the whole ring in one
-//! burst; the seed of the bytes in buffer memory), then operations that
-//! lay chains into the descriptor table and the avail ring: chains of 1 to
-//! 8 descriptors or of many segments, indirect tables (nested once more,
-//! unaligned, of lengths that are no multiple of 16, outside memory),
-//! buffers inside memory, below it, past its end, wrapping, empty,
-//! 4 GiB long, device-writable, `next` indices following, looping back,
-//! past the table or arbitrary, heads that are arbitrary `u16`s, and raw
-//! overwrites of table slots.
+//! negotiated or not; TX: one chain per `recv_burst` or the whole ring in
+//! one burst; the RX ring instead; the seed of the bytes in buffer memory),
+//! for RX a count of operations, then operations that lay chains into the
+//! descriptor table and the avail ring: chains of 1 to 8 descriptors or of
+//! many segments, indirect tables (nested once more, unaligned, of lengths
+//! that are no multiple of 16, outside memory), buffers inside memory,
+//! below it, past its end, wrapping, empty, 4 GiB long, of the wrong
+//! direction (device-writable on TX, read-only on RX), `next` indices
+//! following, looping back, past the table or arbitrary, heads that are
+//! arbitrary `u16`s, and raw overwrites of table slots. For RX, then, the
+//! lengths of the frames pushed (up to twice the entries).
 //!
 //! # Oracle
 //!
 //! Our engine is stricter than `virtio-queue` by design: it refuses whole
 //! chains that `virtio-queue` truncates or partly reads (the table in
 //! `vhost-net-backend/tests/differential.rs`). So the checks go one way,
-//! plus the used ring:
+//! plus the memory both leave behind.
 //!
+//! TX:
 //! - every chain our engine hands out as a frame is one `virtio-queue`
 //!   reads completely, with the same bytes (our header keeps only
 //!   `NEEDS_CSUM` of its flags and has no `num_buffers`); a chain it drops
@@ -33,17 +36,28 @@
 //!   refuses, for a ring-level reason;
 //! - both consume every avail entry, return the chains whose head is in
 //!   the table and no other (our counters account for each entry: one
-//!   frame or one drop), and leave the same used ring, entry for entry.
+//!   frame or one drop). In burst mode the frames must be, in order, a
+//!   subsequence of the chains `virtio-queue` reads completely.
 //!
-//! In burst mode the frames must be, in order, a subsequence of the chains
-//! `virtio-queue` reads completely.
+//! RX (no mergeable buffers: one chain per frame):
+//! - a frame our engine writes goes into a chain `virtio-queue`'s `Writer`
+//!   can take it in, and `virtio-queue` then writes the same header
+//!   (`num_buffers` 1) and bytes there and returns it with the same length;
+//! - a chain our engine leaves in place for being too small is one the
+//!   `Writer` has less room in; a chain it refuses is returned unused by
+//!   both, and one the `Writer` cannot take it refuses for a ring-level
+//!   reason.
+//!
+//! Both: at the end the two guest memories are identical byte for byte
+//! (used entries, lengths, indices, every byte written into buffers, and
+//! nothing written anywhere else), but for the used ring's flags.
 
-use std::io::Read;
+use std::io::{Read, Write};
 
 use vhost_net_backend::device::bits;
 use vhost_net_backend::test_utils::{desc_bytes, Layout, LoopbackGuest, LoopbackOpts};
-use vhost_net_backend::{net_hdr, DropReason, QueueCounters};
-use virtio_queue::{Queue, QueueT};
+use vhost_net_backend::{net_hdr, DropReason, QueueCounters, VirtioNetHdr};
+use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::input::{Enc, Input};
@@ -68,6 +82,8 @@ pub mod cfg {
     pub const INDIRECT: u8 = 4;
     /// The whole ring in one `recv_burst` (else one chain per call).
     pub const BURST: u8 = 8;
+    /// The RX ring instead (then frame lengths follow the operations).
+    pub const RX: u8 = 0x10;
 }
 
 /// Operation codes (the low 3 bits of the op byte).
@@ -103,6 +119,8 @@ struct Builder<'a> {
     arena_end: u64,
     mem: (u64, u64),
     heads: Vec<u16>,
+    /// `WRITE` for an RX ring (its buffers' normal flag), else 0.
+    writable: u16,
 }
 
 impl Builder<'_> {
@@ -145,7 +163,9 @@ impl Builder<'_> {
             6 => end - 10,
             _ => inp.u64(),
         };
-        let flags = if c >> 5 == 1 { WRITE } else { 0 };
+        // The odd one: a device-writable buffer in a TX chain, a read-only
+        // one in an RX chain.
+        let flags = self.writable ^ if c >> 5 == 1 { WRITE } else { 0 };
         (addr, len, flags)
     }
 
@@ -288,7 +308,8 @@ pub fn outcome(data: &[u8]) -> Outcome {
     let size = [16u16, 64, 256, 16][usize::from(c & cfg::SIZE_MASK)];
     let indirect = c & cfg::INDIRECT != 0;
     let burst = c & cfg::BURST != 0;
-    let fill_seed = c >> 4;
+    let rx = c & cfg::RX != 0;
+    let fill_seed = c >> 5;
     let mut g = LoopbackGuest::new(LoopbackOpts {
         packed: false,
         size,
@@ -296,15 +317,23 @@ pub fn outcome(data: &[u8]) -> Outcome {
         buf_len: BUF_LEN,
         rx_buf_len: None,
     });
-    let Layout::Split(l) = g.layout(false) else {
+    let Layout::Split(l) = g.layout(rx) else {
         unreachable!("split ring")
     };
     let mem = g.memory_range();
-    let arena = g.buffer_gpa(false, 0);
-    let arena_end = g.buffer_gpa(false, size - 1) + u64::from(BUF_LEN);
-    let fill: Vec<u8> = (arena..arena_end)
+    let arena = g.buffer_gpa(rx, 0);
+    let arena_end = g.buffer_gpa(rx, size - 1) + u64::from(BUF_LEN);
+    // One 4 KiB block of bytes (an odd length, so that pages differ),
+    // repeated over the arena.
+    let block: Vec<u8> = (0..4093u64)
         .map(|a| (a.wrapping_mul(0x9e37_79b9) >> 13) as u8 ^ fill_seed)
         .collect();
+    let n = (arena_end - arena) as usize;
+    let mut fill = Vec::with_capacity(n);
+    while fill.len() < n {
+        let k = block.len().min(n - fill.len());
+        fill.extend_from_slice(&block[..k]);
+    }
     g.write_guest(arena, &fill);
 
     let mut b = Builder {
@@ -316,9 +345,16 @@ pub fn outcome(data: &[u8]) -> Outcome {
         arena_end,
         mem,
         heads: Vec::new(),
+        writable: if rx { WRITE } else { 0 },
+    };
+    // An RX input says how many operations come before the frame lengths.
+    let max_ops = if rx {
+        usize::from(inp.u8()) % (MAX_OPS + 1)
+    } else {
+        MAX_OPS
     };
     let mut ops = 0;
-    while !inp.is_empty() && ops < MAX_OPS && b.heads.len() < usize::from(size) {
+    while !inp.is_empty() && ops < max_ops && b.heads.len() < usize::from(size) {
         ops += 1;
         match inp.u8() & 7 {
             op::RAW_HEAD => {
@@ -355,6 +391,50 @@ pub fn outcome(data: &[u8]) -> Outcome {
     q.set_used_ring_address(Some(l.used as u32), Some((l.used >> 32) as u32));
     q.set_ready(true);
 
+    let mut out = if rx {
+        rx_check(&mut g, &mut inp, &heads, size, l.used, &mut q, &vmem)
+    } else {
+        tx_check(&mut g, &heads, size, indirect, burst, &mut q, &vmem)
+    };
+    out.chains = heads.len();
+
+    // Nothing else written: the two memories are the same, byte for byte,
+    // but for the used ring's flags (ours may ask for no notifications).
+    let mut ours = vec![0u8; mem.1 as usize];
+    g.read_guest(mem.0, &mut ours);
+    let mut theirs = vec![0u8; mem.1 as usize];
+    vmem.read_slice(&mut theirs, GuestAddress(mem.0))
+        .expect("memory");
+    let flags = (l.used - mem.0) as usize;
+    ours[flags..flags + 2].fill(0);
+    theirs[flags..flags + 2].fill(0);
+    if ours != theirs {
+        let at = ours
+            .iter()
+            .zip(&theirs)
+            .position(|(a, b)| a != b)
+            .unwrap_or_default();
+        panic!(
+            "guest memory differs from virtio-queue's at {:#x} (used ring at {:#x}, \
+             descriptors at {:#x}, buffers from {arena:#x})",
+            mem.0 + at as u64,
+            l.used,
+            l.desc
+        );
+    }
+    out
+}
+
+/// Our TX path and virtio-queue's `Reader` on the same chains.
+fn tx_check(
+    g: &mut LoopbackGuest,
+    heads: &[u16],
+    size: u16,
+    indirect: bool,
+    burst: bool,
+    q: &mut Queue,
+    vmem: &GuestMemoryMmap,
+) -> Outcome {
     let hdr_len = g.hdr_len();
     let frame_bytes = |f: &vhost_net_backend::TxFrame<'_>| {
         let mut v = f.hdr().to_bytes()[..hdr_len].to_vec();
@@ -363,10 +443,7 @@ pub fn outcome(data: &[u8]) -> Outcome {
         assert_eq!(f.copy_to(0, &mut v[at..]), f.len(), "copy_to");
         v
     };
-    let mut out = Outcome {
-        chains: heads.len(),
-        ..Outcome::default()
-    };
+    let mut out = Outcome::default();
     let n = heads.len();
     if burst {
         let before = g.qp.tx.counters();
@@ -393,7 +470,7 @@ pub fn outcome(data: &[u8]) -> Outcome {
         let mut unreadable = 0u64;
         let mut left = frames.iter().peekable();
         for (i, &h) in heads.iter().enumerate() {
-            let v = vq_take(&mut q, &vmem);
+            let v = vq_take(q, vmem);
             assert_eq!(v.head, h, "entry {i}: head");
             assert_eq!(v.used_ok, h < size, "entry {i}: add_used");
             match &v.read {
@@ -439,7 +516,7 @@ pub fn outcome(data: &[u8]) -> Outcome {
                 (0, None, [r]) if after.drops_for(*r) == before.drops_for(*r) + 1 => Err(*r),
                 other => panic!("{ctx}: not one frame or one drop: {other:?}"),
             };
-            let v = vq_take(&mut q, &vmem);
+            let v = vq_take(q, vmem);
             assert_eq!(v.head, h, "{ctx}: head");
             assert_eq!(v.used_ok, h < size, "{ctx}: add_used");
             if v.read.is_some() {
@@ -471,16 +548,137 @@ pub fn outcome(data: &[u8]) -> Outcome {
             }
         }
     }
-    // Same used entries, same order, same index.
-    let used_bytes = 4 + 8 * n.min(usize::from(size));
-    let mut ours = vec![0u8; used_bytes];
-    let mut theirs = vec![0u8; used_bytes];
-    g.read_guest(l.used, &mut ours);
-    vmem.read_slice(&mut theirs, GuestAddress(l.used))
-        .expect("used ring");
-    assert_eq!(ours[2..], theirs[2..], "used rings differ");
     assert_eq!(g.qp.tx.pending(), 0, "entries left");
     out.drops = drops(&g.qp.tx.counters());
+    out
+}
+
+/// Our RX path and virtio-queue's `Writer` on the same chains: frames of
+/// the input's lengths pushed one per burst (without mergeable buffers a
+/// frame takes one chain, and a chain too small for it stays for the next
+/// frame), each one either written by both or refused by ours.
+fn rx_check(
+    g: &mut LoopbackGuest,
+    inp: &mut Input,
+    heads: &[u16],
+    size: u16,
+    used: u64,
+    q: &mut Queue,
+    vmem: &GuestMemoryMmap,
+) -> Outcome {
+    let hdr_len = g.hdr_len();
+    let hdr = VirtioNetHdr::default();
+    let mut expect_hdr = hdr;
+    expect_hdr.num_buffers = 1;
+    let expect_hdr = expect_hdr.to_bytes()[..hdr_len].to_vec();
+    let mut out = Outcome::default();
+    let used_idx = |g: &LoopbackGuest| {
+        let mut b = [0u8; 2];
+        g.read_guest(used + 2, &mut b);
+        u16::from_le_bytes(b)
+    };
+    let mut entry = 0usize;
+    for k in 0..2 * heads.len() + 1 {
+        let len = match inp.u8() {
+            0 => 2048 - hdr_len,
+            b => usize::from(b) * 6,
+        };
+        let frame: Vec<u8> = (0..len).map(|i| (i * 7 + k) as u8).collect();
+        let ctx = format!("size {size} push {k} ({len} B) entry {entry}");
+        let before = used_idx(g);
+        let r = {
+            let mut burst = g.qp.rx.burst();
+            burst.push(&hdr, &frame[..])
+        };
+        let consumed = used_idx(g).wrapping_sub(before);
+        let need = hdr_len + len;
+        match consumed {
+            // A head past the table: consumed, nothing to return.
+            0 if r == Err(DropReason::BadDescriptor)
+                && heads.get(entry).is_some_and(|&h| h >= size) =>
+            {
+                let chain = q
+                    .pop_descriptor_chain(vmem)
+                    .unwrap_or_else(|| panic!("{ctx}: virtio-queue has no entry"));
+                assert_eq!(chain.head_index(), heads[entry], "{ctx}: head");
+                assert!(
+                    q.add_used(vmem, heads[entry], 0).is_err(),
+                    "{ctx}: add_used"
+                );
+                entry += 1;
+            }
+            0 => {
+                match r {
+                    Err(DropReason::NoBuffers) => {
+                        assert_eq!(entry, heads.len(), "{ctx}: no buffers with entries left");
+                        break;
+                    }
+                    Err(DropReason::TooLong) => {}
+                    other => panic!("{ctx}: nothing consumed, yet {other:?}"),
+                }
+                // The chain stays; virtio-queue must find it too small.
+                let chain = q
+                    .pop_descriptor_chain(vmem)
+                    .unwrap_or_else(|| panic!("{ctx}: virtio-queue has no entry"));
+                let cap = chain.clone().writer(vmem).ok().map(|w| w.available_bytes());
+                assert!(
+                    cap.is_some_and(|c| c < need),
+                    "{ctx}: ours leaves the chain as too small, virtio-queue can write {cap:?} bytes"
+                );
+                q.go_to_previous_position();
+            }
+            1 => {
+                let chain = q
+                    .pop_descriptor_chain(vmem)
+                    .unwrap_or_else(|| panic!("{ctx}: virtio-queue has no entry"));
+                let head = chain.head_index();
+                assert_eq!(head, heads[entry], "{ctx}: head");
+                let descs: Vec<_> = chain.clone().collect();
+                let complete = descs.last().is_some_and(|d| !d.has_next());
+                let writer = if complete {
+                    chain.writer(vmem).ok()
+                } else {
+                    None
+                };
+                match (r, writer) {
+                    (Ok(()), Some(mut w)) => {
+                        assert!(
+                            w.available_bytes() >= need,
+                            "{ctx}: ours wrote {need} B into a chain of {}",
+                            w.available_bytes()
+                        );
+                        w.write_all(&expect_hdr).expect("header");
+                        w.write_all(&frame).expect("frame");
+                        q.add_used(vmem, head, need as u32).expect("add_used");
+                        out.frames += 1;
+                        out.vq_read += 1;
+                    }
+                    (Ok(()), None) => panic!("{ctx}: ours wrote a chain virtio-queue cannot write"),
+                    (Err(e), w) => {
+                        assert!(
+                            w.is_some() || ring_level(e),
+                            "{ctx}: a chain virtio-queue cannot write dropped as {e:?}"
+                        );
+                        if w.is_some() {
+                            out.vq_read += 1;
+                        }
+                        // Ours returns it unused; so does virtio-queue.
+                        assert_eq!(
+                            q.add_used(vmem, head, 0).is_ok(),
+                            head < size,
+                            "{ctx}: add_used"
+                        );
+                    }
+                }
+                entry += 1;
+            }
+            n => panic!("{ctx}: one push consumed {n} entries"),
+        }
+        if entry == heads.len() {
+            break;
+        }
+    }
+    out.drops = drops(&g.qp.rx.counters());
     out
 }
 
@@ -583,5 +781,38 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         e.u8(0).u8(0);
         out.push((format!("indirect-segments-{name}"), e.0));
     }
+    // RX: chains of 1-3 writable buffers of 91-391 bytes, then frames that
+    // fit, one that does not (it waits) and a smaller one that takes it.
+    let mut e = Enc::default();
+    e.u8(cfg::RX | cfg::INDIRECT | 1).u8(4);
+    for k in [1u8, 2, 3] {
+        e.u8(op::CHAIN).u8(k - 1);
+        for j in 0..k {
+            e.u8(0).u8(30 + 50 * j);
+            e.u8(if j + 1 == k { 0 } else { 1 });
+        }
+    }
+    e.u8(op::CHAIN).u8(0).u8(0xe0).u8(1);
+    e.u8(0).u8(100).u8(1).u8(0).u8(100).u8(0);
+    e.u8(0).u8(0);
+    e.u8(10).u8(40).u8(200).u8(60).u8(50);
+    out.push(("rx-direct-indirect-too-small".into(), e.0));
+    // RX: a read-only buffer, one past memory, a loop, a raw head.
+    let mut e = Enc::default();
+    e.u8(cfg::RX | 1).u8(4);
+    e.u8(op::CHAIN).u8(0).u8(0x20).u8(40).u8(0);
+    e.u8(op::CHAIN).u8(0).u8(5).u8(40).u8(0);
+    e.u8(op::CHAIN)
+        .u8(1)
+        .u8(0)
+        .u8(40)
+        .u8(5)
+        .u8(2)
+        .u8(0)
+        .u8(40)
+        .u8(0);
+    e.u8(op::RAW_HEAD).u16(999);
+    e.u8(10).u8(10).u8(10).u8(10);
+    out.push(("rx-bad-chains".into(), e.0));
     out
 }

@@ -303,7 +303,7 @@ fn vhost_user_seeds() {
 
 #[test]
 fn ring_differential_seeds() {
-    use vhost_net_backend::DropReason::{BadAddress, BadDescriptor, TooManySegments};
+    use vhost_net_backend::DropReason::{BadAddress, BadDescriptor, TooLong, TooManySegments};
     let seeds = vhu_fuzz::ring_differential::seeds();
     generated("ring_differential", &seeds);
     // What each generated seed does: frames handed out, drops by reason.
@@ -315,6 +315,12 @@ fn ring_differential_seeds() {
         ("links-and-heads", 0, vec![(BadDescriptor, 6)]),
         ("indirect-segments-256", 1, vec![]),
         ("indirect-segments-257", 0, vec![(TooManySegments, 1)]),
+        ("rx-direct-indirect-too-small", 4, vec![(TooLong, 1)]),
+        (
+            "rx-bad-chains",
+            0,
+            vec![(BadDescriptor, 3), (BadAddress, 1)],
+        ),
     ];
     assert_eq!(seeds.len(), want.len());
     for ((name, b), (n, frames, drops)) in seeds.iter().zip(want) {
