@@ -52,13 +52,15 @@
 //! (used entries, lengths, indices, every byte written into buffers, and
 //! nothing written anywhere else), but for the used ring's flags.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use vhost_net_backend::device::bits;
-use vhost_net_backend::test_utils::{desc_bytes, Layout, LoopbackGuest, LoopbackOpts};
-use vhost_net_backend::{net_hdr, DropReason, QueueCounters, VirtioNetHdr};
-use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vhost_net_backend::test_utils::{
+    desc_bytes, sanitized_tx, Layout, LoopbackGuest, LoopbackOpts, Reference,
+};
+use vhost_net_backend::{DropReason, QueueCounters, VirtioNetHdr};
+use virtio_queue::DescriptorChain;
+use vm_memory::GuestMemoryMmap;
 
 use crate::input::{Enc, Input};
 
@@ -237,46 +239,33 @@ fn link(inp: &mut Input, last: bool, following: u16, size: u16) -> (u16, u16) {
     }
 }
 
-/// A TX chain's bytes as our engine hands them out.
-fn sanitized(b: &[u8]) -> Vec<u8> {
-    let mut v = b.to_vec();
-    if v.len() >= 12 {
-        v[0] &= net_hdr::F_NEEDS_CSUM;
-        v[10..12].fill(0);
-    }
-    v
+/// What `virtio-queue` made of one TX avail entry: the bytes of a chain
+/// it reads completely, and whether it took the head back.
+fn vq_take(r: &mut Reference) -> (u16, Option<Vec<u8>>, bool) {
+    let c = r.pop();
+    let used_ok = r.add_used(c.head, 0);
+    let read = if c.complete() { c.read } else { None };
+    (c.head, read, used_ok)
 }
 
-/// What `virtio-queue` made of one avail entry.
-struct VqSeen {
-    head: u16,
-    /// Read completely: the bytes.
-    read: Option<Vec<u8>>,
-    used_ok: bool,
-}
-
-fn vq_take(q: &mut Queue, mem: &GuestMemoryMmap) -> VqSeen {
-    let chain = q
-        .pop_descriptor_chain(mem)
-        .expect("virtio-queue: one chain per avail entry");
-    let head = chain.head_index();
-    let descs: Vec<_> = chain.clone().collect();
-    let complete = descs.last().is_some_and(|d| !d.has_next());
-    let read = if complete {
-        chain.reader(mem).ok().map(|mut r| {
-            let mut v = Vec::new();
-            r.read_to_end(&mut v).expect("reader reads");
-            v
-        })
-    } else {
-        None
-    };
-    let used_ok = q.add_used(mem, head, 0).is_ok();
-    VqSeen {
-        head,
-        read,
-        used_ok,
+/// Room a complete RX chain has for `virtio-queue`'s `Writer` (None: no
+/// `Writer`), after writing `parts` there when they fit.
+fn vq_room(
+    chain: DescriptorChain<&GuestMemoryMmap>,
+    mem: &GuestMemoryMmap,
+    parts: &[&[u8]],
+) -> Option<usize> {
+    if chain.clone().last().is_none_or(|d| d.has_next()) {
+        return None;
     }
+    let mut w = chain.writer(mem).ok()?;
+    let room = w.available_bytes();
+    if !parts.is_empty() && room >= parts.iter().map(|p| p.len()).sum::<usize>() {
+        for p in parts {
+            w.write_all(p).expect("writer writes");
+        }
+    }
+    Some(room)
 }
 
 fn drops(c: &QueueCounters) -> Vec<(DropReason, u64)> {
@@ -378,23 +367,12 @@ pub fn outcome(data: &[u8]) -> Outcome {
     g.write_guest(l.avail + 2, &(heads.len() as u16).to_le_bytes());
 
     // The same image at the same guest physical addresses.
-    let mut image = vec![0u8; mem.1 as usize];
-    g.read_guest(mem.0, &mut image);
-    let vmem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(mem.0), mem.1 as usize)])
-        .expect("guest memory");
-    vmem.write_slice(&image, GuestAddress(mem.0))
-        .expect("image");
-    let mut q = Queue::new(size).expect("queue");
-    q.set_size(size);
-    q.set_desc_table_address(Some(l.desc as u32), Some((l.desc >> 32) as u32));
-    q.set_avail_ring_address(Some(l.avail as u32), Some((l.avail >> 32) as u32));
-    q.set_used_ring_address(Some(l.used as u32), Some((l.used >> 32) as u32));
-    q.set_ready(true);
+    let mut reference = Reference::mirror(&g, rx);
 
     let mut out = if rx {
-        rx_check(&mut g, &mut inp, &heads, size, l.used, &mut q, &vmem)
+        rx_check(&mut g, &mut inp, &heads, size, l.used, &mut reference)
     } else {
-        tx_check(&mut g, &heads, size, indirect, burst, &mut q, &vmem)
+        tx_check(&mut g, &heads, size, indirect, burst, &mut reference)
     };
     out.chains = heads.len();
 
@@ -403,8 +381,7 @@ pub fn outcome(data: &[u8]) -> Outcome {
     let mut ours = vec![0u8; mem.1 as usize];
     g.read_guest(mem.0, &mut ours);
     let mut theirs = vec![0u8; mem.1 as usize];
-    vmem.read_slice(&mut theirs, GuestAddress(mem.0))
-        .expect("memory");
+    reference.read(mem.0, &mut theirs);
     let flags = (l.used - mem.0) as usize;
     ours[flags..flags + 2].fill(0);
     theirs[flags..flags + 2].fill(0);
@@ -432,8 +409,7 @@ fn tx_check(
     size: u16,
     indirect: bool,
     burst: bool,
-    q: &mut Queue,
-    vmem: &GuestMemoryMmap,
+    reference: &mut Reference,
 ) -> Outcome {
     let hdr_len = g.hdr_len();
     let frame_bytes = |f: &vhost_net_backend::TxFrame<'_>| {
@@ -470,13 +446,13 @@ fn tx_check(
         let mut unreadable = 0u64;
         let mut left = frames.iter().peekable();
         for (i, &h) in heads.iter().enumerate() {
-            let v = vq_take(q, vmem);
-            assert_eq!(v.head, h, "entry {i}: head");
-            assert_eq!(v.used_ok, h < size, "entry {i}: add_used");
-            match &v.read {
+            let (head, read, used_ok) = vq_take(reference);
+            assert_eq!(head, h, "entry {i}: head");
+            assert_eq!(used_ok, h < size, "entry {i}: add_used");
+            match &read {
                 Some(r) => {
                     out.vq_read += 1;
-                    if left.peek().is_some_and(|f| **f == sanitized(r)) {
+                    if left.peek().is_some_and(|f| **f == sanitized_tx(r)) {
                         left.next();
                     }
                 }
@@ -516,15 +492,18 @@ fn tx_check(
                 (0, None, [r]) if after.drops_for(*r) == before.drops_for(*r) + 1 => Err(*r),
                 other => panic!("{ctx}: not one frame or one drop: {other:?}"),
             };
-            let v = vq_take(q, vmem);
-            assert_eq!(v.head, h, "{ctx}: head");
-            assert_eq!(v.used_ok, h < size, "{ctx}: add_used");
-            if v.read.is_some() {
+            let (head, read, used_ok) = vq_take(reference);
+            assert_eq!(head, h, "{ctx}: head");
+            assert_eq!(used_ok, h < size, "{ctx}: add_used");
+            if read.is_some() {
                 out.vq_read += 1;
             }
-            match (&ours, &v.read) {
+            match (&ours, &read) {
                 (Ok(f), Some(r)) => {
-                    assert!(*f == sanitized(r), "{ctx}: bytes differ from virtio-queue");
+                    assert!(
+                        *f == sanitized_tx(r),
+                        "{ctx}: bytes differ from virtio-queue"
+                    );
                     out.frames += 1;
                 }
                 (Ok(f), None) => panic!(
@@ -563,8 +542,7 @@ fn rx_check(
     heads: &[u16],
     size: u16,
     used: u64,
-    q: &mut Queue,
-    vmem: &GuestMemoryMmap,
+    reference: &mut Reference,
 ) -> Outcome {
     let hdr_len = g.hdr_len();
     let hdr = VirtioNetHdr::default();
@@ -597,14 +575,9 @@ fn rx_check(
             0 if r == Err(DropReason::BadDescriptor)
                 && heads.get(entry).is_some_and(|&h| h >= size) =>
             {
-                let chain = q
-                    .pop_descriptor_chain(vmem)
-                    .unwrap_or_else(|| panic!("{ctx}: virtio-queue has no entry"));
-                assert_eq!(chain.head_index(), heads[entry], "{ctx}: head");
-                assert!(
-                    q.add_used(vmem, heads[entry], 0).is_err(),
-                    "{ctx}: add_used"
-                );
+                let c = reference.pop();
+                assert_eq!(c.head, heads[entry], "{ctx}: head");
+                assert!(!reference.add_used(c.head, 0), "{ctx}: add_used");
                 entry += 1;
             }
             0 => {
@@ -617,57 +590,40 @@ fn rx_check(
                     other => panic!("{ctx}: nothing consumed, yet {other:?}"),
                 }
                 // The chain stays; virtio-queue must find it too small.
-                let chain = q
-                    .pop_descriptor_chain(vmem)
-                    .unwrap_or_else(|| panic!("{ctx}: virtio-queue has no entry"));
-                let cap = chain.clone().writer(vmem).ok().map(|w| w.available_bytes());
+                let (_, room) = reference.pop_with(|c, m| vq_room(c, m, &[]));
                 assert!(
-                    cap.is_some_and(|c| c < need),
-                    "{ctx}: ours leaves the chain as too small, virtio-queue can write {cap:?} bytes"
+                    room.is_some_and(|n| n < need),
+                    "{ctx}: ours leaves the chain as too small, virtio-queue has room for {room:?} bytes"
                 );
-                q.go_to_previous_position();
+                reference.unpop();
             }
             1 => {
-                let chain = q
-                    .pop_descriptor_chain(vmem)
-                    .unwrap_or_else(|| panic!("{ctx}: virtio-queue has no entry"));
-                let head = chain.head_index();
-                assert_eq!(head, heads[entry], "{ctx}: head");
-                let descs: Vec<_> = chain.clone().collect();
-                let complete = descs.last().is_some_and(|d| !d.has_next());
-                let writer = if complete {
-                    chain.writer(vmem).ok()
+                let parts: &[&[u8]] = if r.is_ok() {
+                    &[&expect_hdr, &frame]
                 } else {
-                    None
+                    &[]
                 };
-                match (r, writer) {
-                    (Ok(()), Some(mut w)) => {
-                        assert!(
-                            w.available_bytes() >= need,
-                            "{ctx}: ours wrote {need} B into a chain of {}",
-                            w.available_bytes()
-                        );
-                        w.write_all(&expect_hdr).expect("header");
-                        w.write_all(&frame).expect("frame");
-                        q.add_used(vmem, head, need as u32).expect("add_used");
+                let (c, room) = reference.pop_with(|ch, m| vq_room(ch, m, parts));
+                let head = c.head;
+                assert_eq!(head, heads[entry], "{ctx}: head");
+                match (r, room) {
+                    (Ok(()), Some(n)) => {
+                        assert!(n >= need, "{ctx}: ours wrote {need} B into a chain of {n}");
+                        assert!(reference.add_used(head, need as u32), "{ctx}: add_used");
                         out.frames += 1;
                         out.vq_read += 1;
                     }
                     (Ok(()), None) => panic!("{ctx}: ours wrote a chain virtio-queue cannot write"),
-                    (Err(e), w) => {
+                    (Err(e), room) => {
                         assert!(
-                            w.is_some() || ring_level(e),
+                            room.is_some() || ring_level(e),
                             "{ctx}: a chain virtio-queue cannot write dropped as {e:?}"
                         );
-                        if w.is_some() {
+                        if room.is_some() {
                             out.vq_read += 1;
                         }
                         // Ours returns it unused; so does virtio-queue.
-                        assert_eq!(
-                            q.add_used(vmem, head, 0).is_ok(),
-                            head < size,
-                            "{ctx}: add_used"
-                        );
+                        assert_eq!(reference.add_used(head, 0), head < size, "{ctx}: add_used");
                     }
                 }
                 entry += 1;

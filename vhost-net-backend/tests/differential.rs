@@ -58,14 +58,12 @@
 //! `num_buffers`); virtio-queue has no notion of the header.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 
 use vhost_net_backend::device::bits;
-use vhost_net_backend::test_utils::{desc_bytes, Layout, LoopbackGuest, LoopbackOpts};
-use vhost_net_backend::{net_hdr, DropReason, QueueCounters};
-use virtio_queue::desc::split::Descriptor;
-use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vhost_net_backend::test_utils::{
+    desc_bytes, sanitized_tx, Layout, LoopbackGuest, LoopbackOpts, Reference,
+};
+use vhost_net_backend::{DropReason, QueueCounters};
 
 const NEXT: u16 = 1;
 const WRITE: u16 = 2;
@@ -247,7 +245,7 @@ impl Gen<'_> {
         if payload.len() <= self.hdr_len {
             Err(DropReason::TooShort)
         } else {
-            Ok(sanitized(payload))
+            Ok(sanitized_tx(payload))
         }
     }
 
@@ -467,19 +465,6 @@ impl Gen<'_> {
     }
 }
 
-/// A TX chain's bytes as our engine hands them out: the virtio-net header
-/// keeps only NEEDS_CSUM of its flags and loses `num_buffers` (a guest must
-/// not set DATA_VALID or RSC_INFO on TX, nor make another guest skip
-/// checksum validation).
-fn sanitized(b: &[u8]) -> Vec<u8> {
-    let mut v = b.to_vec();
-    if v.len() >= 12 {
-        v[0] &= net_hdr::F_NEEDS_CSUM;
-        v[10..12].fill(0);
-    }
-    v
-}
-
 fn pick_kind(rng: &mut Rng, indirect: bool) -> Kind {
     loop {
         let k = match rng.below(26) {
@@ -526,34 +511,6 @@ fn pick_kind(rng: &mut Rng, indirect: bool) -> Kind {
             continue;
         }
         return k;
-    }
-}
-
-/// What virtio-queue made of one avail entry.
-struct VqSeen {
-    head: u16,
-    descs: Vec<Descriptor>,
-    read: Option<Vec<u8>>,
-    used_ok: bool,
-}
-
-fn vq_take(q: &mut Queue, mem: &GuestMemoryMmap) -> VqSeen {
-    let chain = q
-        .pop_descriptor_chain(mem)
-        .expect("one chain per avail entry");
-    let head = chain.head_index();
-    let descs: Vec<Descriptor> = chain.clone().collect();
-    let read = chain.reader(mem).ok().map(|mut r| {
-        let mut v = Vec::new();
-        r.read_to_end(&mut v).expect("reader reads");
-        v
-    });
-    let used_ok = q.add_used(mem, head, 0).is_ok();
-    VqSeen {
-        head,
-        descs,
-        read,
-        used_ok,
     }
 }
 
@@ -618,18 +575,7 @@ fn run_seed(seed: u64, seen: &mut BTreeMap<Kind, usize>) {
     g.write_guest(l.avail + 2, &(chains.len() as u16).to_le_bytes());
 
     // The same image at the same guest physical addresses, for virtio-queue.
-    let mut image = vec![0u8; mem.1 as usize];
-    g.read_guest(mem.0, &mut image);
-    let vmem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(mem.0), mem.1 as usize)])
-        .expect("guest memory");
-    vmem.write_slice(&image, GuestAddress(mem.0))
-        .expect("image");
-    let mut q = Queue::new(size).expect("queue");
-    q.set_size(size);
-    q.set_desc_table_address(Some(l.desc as u32), Some((l.desc >> 32) as u32));
-    q.set_avail_ring_address(Some(l.avail as u32), Some((l.avail >> 32) as u32));
-    q.set_used_ring_address(Some(l.used as u32), Some((l.used >> 32) as u32));
-    q.set_ready(true);
+    let mut reference = Reference::mirror(&g, false);
 
     let hdr_len = g.hdr_len();
     for (i, c) in chains.iter().enumerate() {
@@ -664,7 +610,8 @@ fn run_seed(seed: u64, seen: &mut BTreeMap<Kind, usize>) {
         );
 
         // virtio-queue.
-        let v = vq_take(&mut q, &vmem);
+        let v = reference.pop();
+        let used_ok = reference.add_used(v.head, 0);
         assert_eq!(v.head, c.head, "{ctx}: head");
         let complete = v.descs.last().is_some_and(|d| !d.has_next());
         let observed = match (&c.vq, v.descs.is_empty(), complete, &v.read) {
@@ -695,12 +642,12 @@ fn run_seed(seed: u64, seen: &mut BTreeMap<Kind, usize>) {
         // fields we clear).
         if let (Ok(ours), VqExpect::Reads { bytes, .. }) = (&got, &observed) {
             assert!(
-                *ours == sanitized(bytes),
+                *ours == sanitized_tx(bytes),
                 "{ctx}: bytes differ from virtio-queue"
             );
         }
         // Both return every chain with a valid head, none other.
-        assert_eq!(v.used_ok, c.head < size, "{ctx}: add_used");
+        assert_eq!(used_ok, c.head < size, "{ctx}: add_used");
     }
 
     // Same used entries, same order, same index.
@@ -708,8 +655,7 @@ fn run_seed(seed: u64, seen: &mut BTreeMap<Kind, usize>) {
     let mut ours = vec![0u8; used_bytes];
     let mut theirs = vec![0u8; used_bytes];
     g.read_guest(l.used, &mut ours);
-    vmem.read_slice(&mut theirs, GuestAddress(l.used))
-        .expect("used ring");
+    reference.read(l.used, &mut theirs);
     assert_eq!(ours[2..], theirs[2..], "seed {seed}: used rings differ");
     assert_eq!(g.qp.tx.pending(), 0, "seed {seed}: entries left");
 }

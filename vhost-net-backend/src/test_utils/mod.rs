@@ -121,6 +121,7 @@ mod datapath;
 mod error;
 mod frames;
 mod opts;
+mod reference;
 mod used;
 mod vring;
 
@@ -128,6 +129,7 @@ use self::error::req;
 pub use self::error::DriverError;
 pub use self::frames::{decode_hdr, encode_hdr, RxFrame, VringAddrs};
 pub use self::opts::{DriverOpts, MemTableMode, RxLayout, TxLayout};
+pub use self::reference::{sanitized_tx, RefChain, Reference};
 pub use self::vring::desc_bytes;
 use self::vring::{
     need_event, split_lengths, BufAlloc, Chain, ExtentAlloc, Fill, PartialFrame, Vring, POISON,
