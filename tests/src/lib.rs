@@ -19,6 +19,7 @@ pub mod netns;
 pub mod peers;
 pub mod pod;
 pub mod qemu;
+pub mod stream;
 pub mod switch;
 pub mod testpmd;
 pub mod uplink;

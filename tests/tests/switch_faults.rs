@@ -62,13 +62,14 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use vhost_net_backend::test_utils::{RxLayout, TestDriver};
 use vhu_api::PortView;
 use vhu_tests::driver::send_all;
 use vhu_tests::netns::VethPair;
+use vhu_tests::stream::Stream;
 use vhu_tests::switch::SwitchProc;
 use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd};
 use vhu_tests::wire::numbered_frame;
@@ -114,115 +115,48 @@ fn recv_exact(d: &mut TestDriver, want: &[Vec<u8>], what: &str) {
 
 // ===== the stream a -> b (and c, and s -> uplink) =====
 
+/// The side traffic of the stream: `a` -> `c` in each burst, and `s` to the
+/// uplink's host while [`Side::to_s`] is set.
 #[derive(Default)]
-struct Counts {
-    stop: AtomicBool,
-    /// Whether `s` streams to the uplink's host.
+struct Side {
     to_s: AtomicBool,
-    sent_ab: AtomicU64,
     sent_ac: AtomicU64,
-    recv_b: AtomicU64,
-    /// Frames `b` received out of order or altered.
-    bad_b: AtomicU64,
     sent_s: AtomicU64,
 }
 
-struct Stream {
-    counts: Arc<Counts>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Stream {
-    /// Starts the stream on `a`, `b` and `s` (`s` to `host_mac` once
-    /// [`Counts::to_s`] is set).
-    fn start(sw: &SwitchProc, host_mac: String) -> Self {
-        let (mut a, mut b, mut s) = (sw.driver("a"), sw.driver("b"), sw.driver("s"));
-        b.post_rx_buffers(0, 256, 2048, RxLayout::Single).unwrap();
-        b.kick_rx(0);
-        let counts = Arc::new(Counts::default());
-        let c = counts.clone();
-        let thread = thread::spawn(move || {
-            let (mut seq_b, mut seq_c, mut seq_s, mut next_b) = (0u64, 0u64, 0u64, 0u64);
-            while !c.stop.load(Ordering::Relaxed) {
-                let mut burst: Vec<Vec<u8>> = (0..BURST as u64)
-                    .map(|i| frame(MAC_B, MAC_A, seq_b + i))
+/// The stream `a` -> `b`, half a burst more for `c` each round, and `s` to
+/// `host_mac` while [`Side::to_s`] is set.
+fn start_stream(sw: &SwitchProc, host_mac: String) -> (Stream, Arc<Side>) {
+    let side = Arc::new(Side::default());
+    let (c1, c2) = (Arc::clone(&side), Arc::clone(&side));
+    let mut s = sw.driver("s");
+    let stream = Stream::start(
+        sw.driver("a"),
+        sw.driver("b"),
+        BURST,
+        ab_frame,
+        move |burst| {
+            let seq = c1.sent_ac.load(Ordering::Relaxed);
+            burst.extend((0..BURST as u64 / 2).map(|i| frame(MAC_C, MAC_A, seq + i)));
+            c1.sent_ac.store(seq + BURST as u64 / 2, Ordering::Relaxed);
+        },
+        move || {
+            if c2.to_s.load(Ordering::Relaxed) {
+                let seq = c2.sent_s.load(Ordering::Relaxed);
+                let fs: Vec<Vec<u8>> = (0..BURST as u64)
+                    .map(|i| frame(&host_mac, MAC_S, seq + i))
                     .collect();
-                burst.extend((0..BURST as u64 / 2).map(|i| frame(MAC_C, MAC_A, seq_c + i)));
-                let n = send_all(&mut a, &burst, Duration::from_secs(5)) as u64;
-                assert_eq!(n, burst.len() as u64, "a's TX ring stalled");
-                seq_b += BURST as u64;
-                seq_c += BURST as u64 / 2;
-                c.sent_ab.store(seq_b, Ordering::Relaxed);
-                c.sent_ac.store(seq_c, Ordering::Relaxed);
-                if c.to_s.load(Ordering::Relaxed) {
-                    let fs: Vec<Vec<u8>> = (0..BURST as u64)
-                        .map(|i| frame(&host_mac, MAC_S, seq_s + i))
-                        .collect();
-                    seq_s += send_all(&mut s, &fs, Duration::from_secs(5)) as u64;
-                    c.sent_s.store(seq_s, Ordering::Relaxed);
-                }
-                let got = b.recv_frames_until(0, BURST, Duration::from_secs(2));
-                for g in &got {
-                    if g.data != frame(MAC_B, MAC_A, next_b) {
-                        c.bad_b.fetch_add(1, Ordering::Relaxed);
-                    }
-                    next_b += 1;
-                }
-                c.recv_b.fetch_add(got.len() as u64, Ordering::Relaxed);
-                if !got.is_empty() {
-                    b.post_rx_buffers(0, got.len(), 2048, RxLayout::Single)
-                        .unwrap();
-                    b.kick_rx(0);
-                }
+                let n = send_all(&mut s, &fs, Duration::from_secs(5)) as u64;
+                c2.sent_s.store(seq + n, Ordering::Relaxed);
             }
-            // What is still in flight.
-            let late = b.recv_frames_until(0, (seq_b - next_b) as usize, Duration::from_secs(5));
-            c.recv_b.fetch_add(late.len() as u64, Ordering::Relaxed);
-            for g in &late {
-                if g.data != frame(MAC_B, MAC_A, next_b) {
-                    c.bad_b.fetch_add(1, Ordering::Relaxed);
-                }
-                next_b += 1;
-            }
-            // Hold the connections until told, so counters stay readable.
-            drop((a, b, s));
-        });
-        Self {
-            counts,
-            thread: Some(thread),
-        }
-    }
-
-    fn recv_b(&self) -> u64 {
-        self.counts.recv_b.load(Ordering::Relaxed)
-    }
-
-    /// `a` -> `b` frames per second over `window`.
-    fn rate(&self, window: Duration) -> f64 {
-        let n0 = self.recv_b();
-        let t0 = Instant::now();
-        thread::sleep(window);
-        (self.recv_b() - n0) as f64 / t0.elapsed().as_secs_f64()
-    }
-
-    fn finish(mut self) -> Arc<Counts> {
-        self.counts.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .unwrap()
-            .join()
-            .expect("the stream thread");
-        self.counts.clone()
-    }
+        },
+    );
+    (stream, side)
 }
 
-impl Drop for Stream {
-    fn drop(&mut self) {
-        self.counts.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// The stream's frame `seq` from `a` to `b`.
+fn ab_frame(seq: u64) -> Vec<u8> {
+    frame(MAC_B, MAC_A, seq)
 }
 
 fn dropped(q: &vhu_api::QueueStats) -> u64 {
@@ -320,7 +254,7 @@ fn faults_under_traffic_lose_nothing() {
     let host_mac = veth.peer_mac();
 
     let mut tp = c_frontend(&sw);
-    let stream = Stream::start(&sw, host_mac.clone());
+    let (stream, side) = start_stream(&sw, host_mac.clone());
     let mut q = sw.driver("q");
     q.post_rx_buffers(0, 64, 2048, RxLayout::Single).unwrap();
     q.kick_rx(0);
@@ -332,7 +266,7 @@ fn faults_under_traffic_lose_nothing() {
     let gone = "port r: frontend disconnected";
     sw.wait_log_count(gone, 1, Duration::from_secs(10));
     let base = sw.stable_footprint(Duration::from_millis(500));
-    let b0 = stream.recv_b();
+    let b0 = stream.recv();
     let t0 = Instant::now();
     for cycle in 1..RECONNECTS as u64 {
         r_cycle(&sw, &mut q, cycle).disconnect();
@@ -340,7 +274,7 @@ fn faults_under_traffic_lose_nothing() {
     let took = t0.elapsed();
     sw.wait_log_count(gone, RECONNECTS, Duration::from_secs(20));
     let after = sw.stable_footprint(Duration::from_millis(500));
-    let during = stream.recv_b() - b0;
+    let during = stream.recv() - b0;
     println!(
         "1000 reconnects: {took:?}; footprint before {base:?}, after {after:?}; \
          a->b moved {during} frames meanwhile"
@@ -369,8 +303,12 @@ fn faults_under_traffic_lose_nothing() {
     let c0 = tp.total_stats().rx_packets;
     assert!(c0 > 0, "testpmd on c received nothing");
     let before = [
-        stream.rate(Duration::from_secs(1)),
-        stream.rate(Duration::from_secs(1)),
+        stream.rate_while(Duration::from_secs(1), || {
+            thread::sleep(Duration::from_millis(10))
+        }),
+        stream.rate_while(Duration::from_secs(1), || {
+            thread::sleep(Duration::from_millis(10))
+        }),
     ];
     let kill = std::process::Command::new("kill")
         .args(["-KILL", &tp.pid().to_string()])
@@ -379,8 +317,12 @@ fn faults_under_traffic_lose_nothing() {
     assert!(kill.success(), "kill -KILL testpmd");
     sw.wait_log_count("port c: frontend disconnected", 1, Duration::from_secs(10));
     let killed = [
-        stream.rate(Duration::from_secs(1)),
-        stream.rate(Duration::from_secs(1)),
+        stream.rate_while(Duration::from_secs(1), || {
+            thread::sleep(Duration::from_millis(10))
+        }),
+        stream.rate_while(Duration::from_secs(1), || {
+            thread::sleep(Duration::from_millis(10))
+        }),
     ];
     drop(tp);
     let c_rx0 = sw.stats("c").total.rx_packets;
@@ -410,7 +352,7 @@ fn faults_under_traffic_lose_nothing() {
     sw.call("POST", "/ports", &up_body, 201);
     sw.add_static_mac(&host_mac, "up", 20);
     let fp_up = sw.stable_footprint(Duration::from_millis(500));
-    stream.counts.to_s.store(true, Ordering::Relaxed);
+    side.to_s.store(true, Ordering::Relaxed);
     let mut per_incarnation = Vec::new();
     for round in 0..10 {
         thread::sleep(Duration::from_millis(300));
@@ -426,10 +368,10 @@ fn faults_under_traffic_lose_nothing() {
     // host got.
     let h_last = h0;
     thread::sleep(Duration::from_millis(300));
-    stream.counts.to_s.store(false, Ordering::Relaxed);
+    side.to_s.store(false, Ordering::Relaxed);
     let st = sw.settle(&["s", "up"]);
     let h_end = veth.peer_stats().rx_packets;
-    let sent_s = stream.counts.sent_s.load(Ordering::Relaxed);
+    let sent_s = side.sent_s.load(Ordering::Relaxed);
     println!(
         "uplink recreated 10 times: host received {per_incarnation:?} per incarnation, \
          {} in the last; s sent {sent_s}",
@@ -463,7 +405,7 @@ fn faults_under_traffic_lose_nothing() {
     let st0 = sw.stats("up").total;
     let down_log = "port \"up\": interface";
     let logged0 = sw.log().matches(down_log).count();
-    stream.counts.to_s.store(true, Ordering::Relaxed);
+    side.to_s.store(true, Ordering::Relaxed);
     thread::sleep(Duration::from_millis(300));
     let (went, back) = thread::scope(|sc| {
         let t = sc.spawn(|| veth.recreate(Duration::from_millis(1500)));
@@ -481,7 +423,7 @@ fn faults_under_traffic_lose_nothing() {
         thread::sleep(Duration::from_millis(10));
     }
     thread::sleep(Duration::from_millis(300));
-    stream.counts.to_s.store(false, Ordering::Relaxed);
+    side.to_s.store(false, Ordering::Relaxed);
     let st1 = sw.settle(&["up"]).remove(0).total;
     let link_down = st1.rx_dropped.get("link_down").copied().unwrap_or(0);
     let h_new = veth.peer_stats().rx_packets;
@@ -550,8 +492,8 @@ fn faults_under_traffic_lose_nothing() {
     // ----- the stream lost nothing -----
     let c = stream.finish();
     let (sent_ab, recv_b) = (
-        c.sent_ab.load(Ordering::Relaxed),
-        c.recv_b.load(Ordering::Relaxed),
+        c.sent.load(Ordering::Relaxed),
+        c.recv.load(Ordering::Relaxed),
     );
     let st = sw.settle(&["a", "b"]);
     println!(
@@ -560,13 +502,13 @@ fn faults_under_traffic_lose_nothing() {
     );
     assert_eq!(recv_b, sent_ab, "b received what a sent it");
     assert_eq!(
-        c.bad_b.load(Ordering::Relaxed),
+        c.bad.load(Ordering::Relaxed),
         0,
         "b's frames out of order or altered"
     );
     assert_eq!(
         st[0].total.tx_packets,
-        sent_ab + c.sent_ac.load(Ordering::Relaxed),
+        sent_ab + side.sent_ac.load(Ordering::Relaxed),
         "a's counter"
     );
     assert_eq!(

@@ -33,14 +33,15 @@
 //! /tmp/vhu-e2e.lock` (it measures rates).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use vhost_net_backend::test_utils::{RxLayout, TestDriver};
 use vhu_api::QueueStats;
 use vhu_tests::driver::send_all;
+use vhu_tests::stream::Stream;
 use vhu_tests::switch::SwitchProc;
 use vhu_tests::testpmd::RunDir;
 use vhu_tests::wire::numbered_frame;
@@ -113,99 +114,24 @@ fn ab_frame(seq: u64) -> Vec<u8> {
 
 // ===== the stream a -> b (and h) =====
 
-#[derive(Default)]
-struct Counts {
-    stop: AtomicBool,
-    sent_ab: AtomicU64,
-    sent_ah: AtomicU64,
-    recv_b: AtomicU64,
-    /// Frames `b` received out of order or altered.
-    bad_b: AtomicU64,
-}
-
-struct Stream {
-    counts: Arc<Counts>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Stream {
-    fn start(sw: &SwitchProc) -> Self {
-        let (mut a, mut b) = (sw.driver("a"), sw.driver("b"));
-        b.post_rx_buffers(0, 256, 2048, RxLayout::Single).unwrap();
-        b.kick_rx(0);
-        let counts = Arc::new(Counts::default());
-        let c = counts.clone();
-        let thread = thread::spawn(move || {
-            let (mut seq_b, mut seq_h, mut next_b) = (0u64, 0u64, 0u64);
-            let check = |got: &[vhost_net_backend::test_utils::RxFrame], next_b: &mut u64| {
-                for g in got {
-                    if g.data != ab_frame(*next_b) {
-                        c.bad_b.fetch_add(1, Ordering::Relaxed);
-                    }
-                    *next_b += 1;
-                }
-                c.recv_b.fetch_add(got.len() as u64, Ordering::Relaxed);
-            };
-            while !c.stop.load(Ordering::Relaxed) {
-                let mut burst: Vec<Vec<u8>> =
-                    (0..BURST as u64).map(|i| ab_frame(seq_b + i)).collect();
-                burst.extend((0..TO_H as u64).map(|i| numbered_frame(MAC_H, MAC_A, seq_h + i, 60)));
-                let n = send_all(&mut a, &burst, Duration::from_secs(5));
-                assert_eq!(n, burst.len(), "a's TX ring stalled");
-                seq_b += BURST as u64;
-                seq_h += TO_H as u64;
-                c.sent_ab.store(seq_b, Ordering::Relaxed);
-                c.sent_ah.store(seq_h, Ordering::Relaxed);
-                let got = b.recv_frames_until(0, BURST, Duration::from_secs(2));
-                check(&got, &mut next_b);
-                if !got.is_empty() {
-                    b.post_rx_buffers(0, got.len(), 2048, RxLayout::Single)
-                        .unwrap();
-                    b.kick_rx(0);
-                }
-            }
-            let late = b.recv_frames_until(0, (seq_b - next_b) as usize, Duration::from_secs(5));
-            check(&late, &mut next_b);
-            drop((a, b));
-        });
-        Self {
-            counts,
-            thread: Some(thread),
-        }
-    }
-
-    fn recv_b(&self) -> u64 {
-        self.counts.recv_b.load(Ordering::Relaxed)
-    }
-
-    fn finish(mut self) -> Arc<Counts> {
-        self.counts.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .unwrap()
-            .join()
-            .expect("the stream thread");
-        self.counts.clone()
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        self.counts.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Frames per second `b` received while `during` ran (for at least
-/// `WINDOW`).
-fn rate_while(stream: &Stream, mut during: impl FnMut()) -> f64 {
-    let (n0, t0) = (stream.recv_b(), Instant::now());
-    while t0.elapsed() < WINDOW {
-        during();
-    }
-    (stream.recv_b() - n0) as f64 / t0.elapsed().as_secs_f64()
+/// The stream `a` -> `b`, with `TO_H` frames for `h` in each burst;
+/// returns it and the count of frames for `h` queued.
+fn start_stream(sw: &SwitchProc) -> (Stream, Arc<AtomicU64>) {
+    let sent_ah = Arc::new(AtomicU64::new(0));
+    let n = Arc::clone(&sent_ah);
+    let stream = Stream::start(
+        sw.driver("a"),
+        sw.driver("b"),
+        BURST,
+        ab_frame,
+        move |burst| {
+            let seq = n.load(Ordering::Relaxed);
+            burst.extend((0..TO_H as u64).map(|i| numbered_frame(MAC_H, MAC_A, seq + i, 60)));
+            n.store(seq + TO_H as u64, Ordering::Relaxed);
+        },
+        || {},
+    );
+    (stream, sent_ah)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -644,14 +570,10 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
     z.kick_rx(0);
     let mut h = Hostile::new(sw.driver("h"));
     let scenarios = h.scenarios();
-    let stream = Stream::start(&sw);
+    let (stream, sent_ah) = start_stream(&sw);
     // Until the stream runs at its pace.
     thread::sleep(Duration::from_millis(500));
-    assert!(
-        stream.recv_b() > 0,
-        "the stream moved nothing\n{}",
-        sw.log()
-    );
+    assert!(stream.recv() > 0, "the stream moved nothing\n{}", sw.log());
 
     let mut report = Vec::new();
     for sc in &scenarios {
@@ -668,10 +590,8 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
         let mut turn = 0;
         for _ in 0..ATTEMPTS {
             for _ in 0..ROUNDS {
-                quiet.push(rate_while(&stream, || {
-                    thread::sleep(Duration::from_millis(5))
-                }));
-                attacked.push(rate_while(&stream, || {
+                quiet.push(stream.rate_while(WINDOW, || thread::sleep(Duration::from_millis(5))));
+                attacked.push(stream.rate_while(WINDOW, || {
                     h.tick(&sc.attack, turn, &mut p);
                     turn += 1;
                 }));
@@ -793,10 +713,8 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
     let tx = h.drv.vring_index(0, false).unwrap();
     let (mut quiet, mut broken) = (Vec::new(), Vec::new());
     for round in 0..ATTEMPTS * ROUNDS {
-        quiet.push(rate_while(&stream, || {
-            thread::sleep(Duration::from_millis(5))
-        }));
-        broken.push(rate_while(&stream, || {
+        quiet.push(stream.rate_while(WINDOW, || thread::sleep(Duration::from_millis(5))));
+        broken.push(stream.rate_while(WINDOW, || {
             h.drv.kick_raw(tx).unwrap();
             thread::sleep(TICK);
         }));
@@ -836,14 +754,14 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
     assert_eq!(guarded, 4, "guest memory mappings of a, b, h and z");
     let counts = stream.finish();
     let (sent, recv, bad) = (
-        counts.sent_ab.load(Ordering::Relaxed),
-        counts.recv_b.load(Ordering::Relaxed),
-        counts.bad_b.load(Ordering::Relaxed),
+        counts.sent.load(Ordering::Relaxed),
+        counts.recv.load(Ordering::Relaxed),
+        counts.bad.load(Ordering::Relaxed),
     );
     println!("a -> b: sent {sent}, received {recv}, altered or out of order {bad}");
     assert_eq!((recv, bad), (sent, 0), "b's stream");
     let st = sw.settle(&["a", "b", "h", "z"]);
-    let sent_ah = counts.sent_ah.load(Ordering::Relaxed);
+    let sent_ah = sent_ah.load(Ordering::Relaxed);
     assert_eq!(st[0].total.tx_packets, sent + sent_ah, "a's tx_packets");
     assert_eq!(st[1].total.rx_packets, sent, "b's rx_packets");
     for s in &st[..2] {
