@@ -103,6 +103,71 @@ pub fn wait_for_quiet(max_busy: f64, wait: Duration) -> f64 {
     }
 }
 
+/// Round trips of one cache line between CPUs 0 and 1 that
+/// [`core_to_core_ns`] times.
+pub const C2C_TRIPS: u32 = 20_000;
+
+/// Above this round trip (ns) the two CPUs are taken to be far apart.
+pub const C2C_FAR_NS: f64 = 250.0;
+
+/// The time, in ns, for one cache line to go from CPU 0 to CPU 1 and back
+/// (two threads pinned there pass a flag, [`C2C_TRIPS`] times; the median
+/// of five such batches).
+///
+/// This machine's two vCPUs are placed by the host: at times on cores
+/// that share a cache (about 100 ns here), at times on distant ones
+/// (400-550 ns), and it changes within seconds. Every frame a frontend on
+/// one CPU hands a backend on the other crosses between them in several
+/// cache lines, so a loop's rate follows this figure: the harnesses time
+/// it before and after each window and report it beside the rate.
+pub fn core_to_core_ns() -> f64 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    #[repr(align(128))]
+    struct Line(AtomicU32);
+    let mut batches = Vec::new();
+    for _ in 0..5 {
+        let line = Arc::new(Line(AtomicU32::new(0)));
+        let peer = {
+            let line = Arc::clone(&line);
+            std::thread::spawn(move || {
+                let _ = vhost_net_backend::sys::pin_current_thread(1);
+                for i in 0..C2C_TRIPS {
+                    while line.0.load(Ordering::Acquire) != 2 * i + 1 {
+                        std::hint::spin_loop();
+                    }
+                    line.0.store(2 * i + 2, Ordering::Release);
+                }
+            })
+        };
+        let me = std::thread::spawn(move || {
+            let _ = vhost_net_backend::sys::pin_current_thread(0);
+            let t = std::time::Instant::now();
+            for i in 0..C2C_TRIPS {
+                line.0.store(2 * i + 1, Ordering::Release);
+                while line.0.load(Ordering::Acquire) != 2 * i + 2 {
+                    std::hint::spin_loop();
+                }
+            }
+            t.elapsed()
+        });
+        let took = me.join().expect("the timing thread");
+        peer.join().expect("the peer thread");
+        batches.push(took.as_secs_f64() * 1e9 / f64::from(C2C_TRIPS));
+    }
+    median(&batches)
+}
+
+/// How a run's two [`core_to_core_ns`] readings (before and after its
+/// window) place the CPUs: `near`, `far`, or `moved` when they disagree.
+pub fn placement(before: f64, after: f64) -> &'static str {
+    match (before > C2C_FAR_NS, after > C2C_FAR_NS) {
+        (false, false) => "near",
+        (true, true) => "far",
+        _ => "moved",
+    }
+}
+
 /// `VIRTIO_F_RING_PACKED` in the virtio feature bits.
 pub const F_RING_PACKED: u64 = 1 << 34;
 

@@ -43,7 +43,9 @@ use vhost_net_backend::io::{Uplink, UplinkCounters};
 use vhost_net_backend::poll::{Notify, Step, Token};
 use vhost_net_backend::sink::guest_from_host;
 use vhost_net_backend::stats::DropCounts;
-use vhost_net_backend::wire::{max_frame_for_mtu, L2Head, ETH_P_8021Q, VLAN_HLEN};
+use vhost_net_backend::wire::{
+    is_vlan_tpid, max_frame_for_mtu, L2Head, ETH_HLEN, ETH_P_8021Q, VLAN_HLEN,
+};
 use vhost_net_backend::{
     DropReason, ForwardCounters, Forwarder, FrameSource, PollLoop, PollMode, Poller, RxQueue, Sink,
     Spliced, TxQueue, UplinkSink, VirtioNetHdr,
@@ -575,17 +577,18 @@ impl Pmd {
             ..
         } = self;
         let table = fdb.read().unwrap_or_else(|p| p.into_inner());
-        let mut ctx = Burst::new(ports, &table, learns, fwd, now, id);
-        ctx.frame(
-            &src.ingress,
-            usize::MAX,
-            &VirtioNetHdr::default(),
-            frame,
-            &frame,
-        );
-        add_drops(&src.counters.tx_drops, &ctx.drops);
-        ctx.release();
-        drop(ctx);
+        {
+            let mut ctx = Burst::new(ports, &table, learns, fwd, now, id);
+            ctx.frame(
+                &src.ingress,
+                usize::MAX,
+                &VirtioNetHdr::default(),
+                frame,
+                &frame,
+            );
+            add_drops(&src.counters.tx_drops, &ctx.drops);
+            ctx.release();
+        }
         drop(table);
         learn_noted(fdb, learns, now);
         true
@@ -699,47 +702,51 @@ impl Pmd {
         // Read-locked once per burst; a poisoned lock (a panic elsewhere)
         // leaves a consistent table.
         let table = fdb.read().unwrap_or_else(|p| p.into_inner());
-        let mut ctx = Burst::new(ports, &table, learns, fwd, now, src.id);
-        let capture = src.capture.on().then(|| Arc::clone(&src.capture));
-        let ingress = &src.ingress;
-        let max_frame = src.max_frame;
-        let n = match tx {
-            Some(tx) => tx.recv_burst(BURST, |frame| {
-                let hdr = *frame.hdr();
-                if let Some(c) = &capture {
-                    c.offer(Direction::Inbound, frame.len(), |b| frame.copy_to(0, b));
-                }
-                ctx.frame(ingress, max_frame, &hdr, frame.head(), &*frame);
-            }),
-            None => {
-                let mut q = src.queue(*queue);
-                let QueueEnd::Uplink(up) = &mut q.end else {
-                    return 0;
-                };
-                let r = up.rx_burst(BURST, &mut |hdr, bytes| {
+        // The burst state lives in this block and is dropped in place (it
+        // holds the destination guards: moving it would copy them all).
+        let n = {
+            let mut ctx = Burst::new(ports, &table, learns, fwd, now, src.id);
+            let capture = src.capture.on().then(|| Arc::clone(&src.capture));
+            let ingress = &src.ingress;
+            let max_frame = src.max_frame;
+            let n = match tx {
+                Some(tx) => tx.recv_burst(BURST, |frame| {
+                    let hdr = *frame.hdr();
                     if let Some(c) = &capture {
-                        c.offer(Direction::Inbound, bytes.len(), |b| {
-                            let k = b.len().min(bytes.len());
-                            b[..k].copy_from_slice(&bytes[..k]);
-                            k
-                        });
+                        c.offer(Direction::Inbound, frame.len(), |b| frame.copy_to(0, b));
                     }
-                    ctx.frame(ingress, max_frame, hdr, bytes, &bytes);
-                });
-                // Flushed before the uplink's own lock goes.
-                ctx.release();
-                match r {
-                    Ok(k) => k,
-                    Err(e) => {
-                        tracing::debug!("port {}: rx: {e}", src.name);
-                        0
+                    ctx.frame(ingress, max_frame, &hdr, frame.head(), &*frame);
+                }),
+                None => {
+                    let mut q = src.queue(*queue);
+                    let QueueEnd::Uplink(up) = &mut q.end else {
+                        return 0;
+                    };
+                    let r = up.rx_burst(BURST, &mut |hdr, bytes| {
+                        if let Some(c) = &capture {
+                            c.offer(Direction::Inbound, bytes.len(), |b| {
+                                let k = b.len().min(bytes.len());
+                                b[..k].copy_from_slice(&bytes[..k]);
+                                k
+                            });
+                        }
+                        ctx.frame(ingress, max_frame, hdr, bytes, &bytes);
+                    });
+                    // Flushed before the uplink's own lock goes.
+                    ctx.release();
+                    match r {
+                        Ok(k) => k,
+                        Err(e) => {
+                            tracing::debug!("port {}: rx: {e}", src.name);
+                            0
+                        }
                     }
                 }
-            }
+            };
+            add_drops(&src.counters.tx_drops, &ctx.drops);
+            ctx.release();
+            n
         };
-        add_drops(&src.counters.tx_drops, &ctx.drops);
-        ctx.release();
-        drop(ctx);
         drop(table);
         learn_noted(fdb, learns, now);
         n
@@ -792,6 +799,45 @@ struct Burst<'a> {
     /// The destination queues locked so far, flushed and released at the
     /// end of the burst.
     held: ArrayVec<Held<'a>, MAX_HELD>,
+    /// The decision on the burst's previous frame, for the next frame with
+    /// the same addresses and tag.
+    recent: Option<Recent>,
+}
+
+/// A decision kept for the rest of a burst. Within one burst the decision
+/// is a function of the frame's first 16 bytes (addresses, and the outer
+/// tag or ethertype): the ingress port is fixed, the FDB is read-locked
+/// (refreshing a source again at the same time changes nothing), and the
+/// burst's learn list only gained the frame's own source, which the
+/// hairpin check already saw. A flow's frames, which come in runs, then
+/// skip the parse, the admission and both FDB probes.
+#[derive(Clone, Copy)]
+struct Recent {
+    key: [u8; RECENT_KEY],
+    tci: Option<u16>,
+    verdict: Verdict,
+}
+
+/// Bytes of the head a [`Recent`] decision is keyed by.
+const RECENT_KEY: usize = 16;
+
+/// The key of a frame whose decision depends on its first
+/// [`RECENT_KEY`] bytes alone: untagged or with one 802.1Q tag, and long
+/// enough that its parse cannot fail. Anything else (stacked tags, runts)
+/// is decided from scratch.
+#[inline]
+fn recent_key(head: &[u8]) -> Option<[u8; RECENT_KEY]> {
+    let h = head.get(..ETH_HLEN + VLAN_HLEN)?;
+    let outer = u16::from_be_bytes([h[12], h[13]]);
+    let inner = u16::from_be_bytes([h[16], h[17]]);
+    let one_tag_at_most = if outer == ETH_P_8021Q {
+        !is_vlan_tpid(inner)
+    } else {
+        !is_vlan_tpid(outer)
+    };
+    let mut key = [0u8; RECENT_KEY];
+    key.copy_from_slice(&h[..RECENT_KEY]);
+    one_tag_at_most.then_some(key)
 }
 
 /// 802.1Q TCI of a head's outer tag, if it is a C-tag.
@@ -821,6 +867,7 @@ impl<'a> Burst<'a> {
             drops: DropCounts::default(),
             src_id,
             held: ArrayVec::new(),
+            recent: None,
         }
     }
 
@@ -840,23 +887,45 @@ impl<'a> Burst<'a> {
             self.drops.add(DropReason::TooLong, 1);
             return;
         }
-        let Ok(l2) = L2Head::parse(head) else {
-            self.drops.add(DropReason::TooShort, 1);
-            return;
-        };
-        let tci = outer_tci(&l2);
-        let h = Head {
-            dst: l2.dst().0,
-            src: l2.src().0,
-            tci,
-        };
-        let vlan = match admit(ingress, &h) {
-            Ok(v) => v,
+        let key = recent_key(head);
+        if let (Some(k), Some(r)) = (&key, &self.recent) {
+            if *k == r.key {
+                let Recent { tci, verdict, .. } = *r;
+                self.dispatch(verdict, tci, hdr, head, frame);
+                return;
+            }
+        }
+        let (verdict, tci) = match self.decide(ingress, head) {
+            Ok(d) => d,
             Err(r) => {
                 self.drops.add(r, 1);
                 return;
             }
         };
+        if let Some(key) = key {
+            self.recent = Some(Recent { key, tci, verdict });
+        }
+        self.dispatch(verdict, tci, hdr, head, frame);
+    }
+
+    /// The decision on a frame's head, and its outer 802.1Q TCI; the source
+    /// noted for learning. `Err` for the frames dropped before the decision
+    /// (runts, admission), not kept as [`Recent`].
+    #[inline]
+    fn decide(
+        &mut self,
+        ingress: &Ingress,
+        head: &[u8],
+    ) -> Result<(Verdict, Option<u16>), DropReason> {
+        let Ok(l2) = L2Head::parse(head) else {
+            return Err(DropReason::TooShort);
+        };
+        let h = Head {
+            dst: l2.dst().0,
+            src: l2.src().0,
+            tci: outer_tci(&l2),
+        };
+        let vlan = admit(ingress, &h)?;
         // Known: on the ingress port already, or a static entry elsewhere
         // (not learned: the frame's own address stays where the table has
         // it, and a frame to it goes there).
@@ -880,6 +949,19 @@ impl<'a> Burst<'a> {
             // port (it moved in this burst): not to the port it left.
             verdict = Verdict::Drop(DropReason::Hairpin);
         }
+        Ok((verdict, h.tci))
+    }
+
+    /// Carries out a decision.
+    #[inline]
+    fn dispatch(
+        &mut self,
+        verdict: Verdict,
+        tci: Option<u16>,
+        hdr: &VirtioNetHdr,
+        head: &[u8],
+        frame: &dyn FrameSource,
+    ) {
         match verdict {
             Verdict::Forward { port, vlan } => {
                 if !self.deliver(port, vlan, tci, hdr, head, frame) {

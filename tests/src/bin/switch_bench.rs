@@ -752,6 +752,8 @@ struct Sample {
     pre_busy: f64,
     /// Per port: frames received and sent during the window.
     ports: Vec<(u16, u64, u64)>,
+    /// [`bench::core_to_core_ns`] before and after the run.
+    c2c: (f64, f64),
 }
 
 impl Sample {
@@ -785,6 +787,7 @@ fn start_perf(a: &Args, kind: Kind, size: u16, pids: &[u32]) -> Result<Option<Ch
 
 fn run(kind: Kind, size: u16, a: &Args) -> Result<Sample, String> {
     let pre_busy = bench::wait_for_quiet(a.max_busy, a.quiet_wait);
+    let c2c_before = bench::core_to_core_ns();
     let dir = RunDir::new("swbench");
     let mut sw = Running::start(kind, &dir)?;
     let mut fe = frontend(&sw.sockets(), size);
@@ -844,6 +847,7 @@ fn run(kind: Kind, size: u16, a: &Args) -> Result<Sample, String> {
         cycles,
         pre_busy,
         ports,
+        c2c: (c2c_before, bench::core_to_core_ns()),
     })
 }
 
@@ -965,7 +969,8 @@ fn main() -> ExitCode {
                         println!(
                             "run size={size} rep={rep} switch={}: {:.2} Mpps ({:.2} Gbps, host clock \
                              {:.2}), avg frame {:.1} B, per port (rx, tx) {}; {:.1} busy cycles/frame{}, \
-                             busy {:.1} %; pre-run busy {:.1} %, foreign cpu {:.1} %, steal {:.1} %{}",
+                             busy {:.1} %; pre-run busy {:.1} %, foreign cpu {:.1} %, steal {:.1} %; \
+                             cores {} (c2c {:.0}/{:.0} ns){}",
                             kind.name(),
                             s.t.mpps(),
                             s.t.gbps(),
@@ -984,6 +989,9 @@ fn main() -> ExitCode {
                             s.pre_busy * 100.0,
                             s.t.foreign * 100.0,
                             s.t.steal * 100.0,
+                            bench::placement(s.c2c.0, s.c2c.1),
+                            s.c2c.0,
+                            s.c2c.1,
                             if s.noisy() { " NOISY" } else { "" }
                         );
                         samples.push(s);
@@ -1016,6 +1024,47 @@ fn main() -> ExitCode {
             bench::runs(&xr, 2),
             bench::runs(&or, 2)
         );
+    }
+    println!();
+    println!(
+        "By placement of the two CPUs (c2c round trip before and after each run, far above {:.0} ns):",
+        bench::C2C_FAR_NS
+    );
+    println!();
+    println!("| frame | cores | switch | runs | median Mpps | median busy cycles/frame | ratio to cross-connect |");
+    println!("|---:|---|---|---:|---:|---:|---:|");
+    for &size in &a.sizes {
+        for place in ["near", "far", "moved"] {
+            let of = |k: Kind| -> Vec<&Sample> {
+                samples
+                    .iter()
+                    .filter(|s| {
+                        s.kind == k && s.size == size && bench::placement(s.c2c.0, s.c2c.1) == place
+                    })
+                    .collect()
+            };
+            let mpps =
+                |v: &[&Sample]| bench::median(&v.iter().map(|s| s.t.mpps()).collect::<Vec<_>>());
+            let x = of(Kind::XConnect);
+            for &k in &a.switches {
+                let v = of(k);
+                if v.is_empty() {
+                    continue;
+                }
+                let cyc = bench::median(&v.iter().map(|s| s.cycles.per_frame).collect::<Vec<_>>());
+                let ratio = if x.is_empty() {
+                    f64::NAN
+                } else {
+                    mpps(&v) / mpps(&x)
+                };
+                println!(
+                    "| {size} B | {place} | {} | {} | {:.2} | {cyc:.1} | {ratio:.2} |",
+                    k.name(),
+                    v.len(),
+                    mpps(&v)
+                );
+            }
+        }
     }
     println!();
     println!("| frame | switch | median busy cycles/frame | median busy % of its core | runs cycles/frame |");
