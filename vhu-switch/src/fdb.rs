@@ -91,6 +91,18 @@ pub struct FdbEntry {
     pub age_ms: u64,
 }
 
+/// What [`Fdb::refresh`] found of a frame's source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// On the ingress port already (learned or static).
+    Known,
+    /// A static entry on another port: the frame's own address stays
+    /// there (the conflict is counted).
+    StaticElsewhere,
+    /// Not in the table, or learned on another port: to be learned.
+    New,
+}
+
 /// What [`Fdb::learn`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Learned {
@@ -290,32 +302,39 @@ impl Fdb {
 
     /// What a read-locked PMD does with a frame's source: when `(vlan,
     /// mac)` is already on `port` (learned: its timestamp is refreshed;
-    /// static: nothing to do) or is a static entry elsewhere (the conflict
-    /// is counted), returns true. Otherwise (new, or moved from another
-    /// port) returns false: the caller [`Fdb::learn`]s it under the write
-    /// lock, after its burst.
+    /// static: nothing to do) it is [`Seen::Known`]; a static entry
+    /// elsewhere is [`Seen::StaticElsewhere`] (the conflict is counted).
+    /// Otherwise (new, or moved from another port) it is [`Seen::New`]: the
+    /// caller [`Fdb::learn`]s it under the write lock, after its burst.
     ///
     /// Hot path: one hash probe; the timestamp is written at most once per
     /// millisecond per entry (a shared cache line is not dirtied per frame).
     #[inline]
-    pub fn refresh(&self, vlan: u16, mac: &[u8; 6], port: PortId, now: u64) -> bool {
+    pub fn refresh(&self, vlan: u16, mac: &[u8; 6], port: PortId, now: u64) -> Seen {
         let Some(s) = self.map.get(&key(vlan, mac)) else {
-            return false;
+            return Seen::New;
         };
         match s.origin {
-            Origin::Static if s.port == port => true,
+            Origin::Static if s.port == port => Seen::Known,
             Origin::Static => {
-                self.static_conflicts.fetch_add(1, Ordering::Relaxed);
-                true
+                self.count_static_conflict();
+                Seen::StaticElsewhere
             }
             Origin::Learned if s.port == port => {
                 if s.seen() != now {
                     s.last_seen.store(now, Ordering::Relaxed);
                 }
-                true
+                Seen::Known
             }
-            Origin::Learned => false,
+            Origin::Learned => Seen::New,
         }
+    }
+
+    /// Counts a frame whose source is a static entry on another port (what
+    /// [`Fdb::refresh`] does for it, for a caller that reuses its answer).
+    #[inline]
+    pub fn count_static_conflict(&self) {
+        self.static_conflicts.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Learns that `(vlan, mac)` is on `port`.
@@ -519,19 +538,29 @@ mod tests {
     #[test]
     fn refresh_keeps_known_sources_and_defers_the_rest() {
         let mut f = fdb(8, 8);
-        assert!(
-            !f.refresh(1, &A, 1, 0),
+        assert_eq!(
+            f.refresh(1, &A, 1, 0),
+            Seen::New,
             "a new address needs the write lock"
         );
         f.learn(1, &A, 1, 0);
         let aging = 10_000;
-        assert!(f.refresh(1, &A, 1, aging - 1), "known on this port");
+        assert_eq!(
+            f.refresh(1, &A, 1, aging - 1),
+            Seen::Known,
+            "known on this port"
+        );
         assert_eq!(f.lookup(1, &A, 2 * aging - 2), Some(1), "refreshed");
-        assert!(!f.refresh(1, &A, 2, aging), "a move needs the write lock");
+        assert_eq!(
+            f.refresh(1, &A, 2, aging),
+            Seen::New,
+            "a move needs the write lock"
+        );
         f.add_static(1, &B, 3).unwrap();
-        assert!(f.refresh(1, &B, 3, 0));
-        assert!(
+        assert_eq!(f.refresh(1, &B, 3, 0), Seen::Known);
+        assert_eq!(
             f.refresh(1, &B, 4, 0),
+            Seen::StaticElsewhere,
             "a static conflict is counted at once"
         );
         assert_eq!(f.counters().static_conflicts, 1);

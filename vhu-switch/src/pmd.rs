@@ -55,7 +55,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use crate::capture::{CaptureTap, Direction};
 use crate::decide::{admit, destination, Head, Ingress, Verdict};
 use crate::endpoint::End;
-use crate::fdb::Fdb;
+use crate::fdb::{Fdb, Seen};
 use crate::vlan::TagEdit;
 use crate::PortId;
 
@@ -807,15 +807,25 @@ struct Burst<'a> {
 /// A decision kept for the rest of a burst. Within one burst the decision
 /// is a function of the frame's first 16 bytes (addresses, and the outer
 /// tag or ethertype): the ingress port is fixed, the FDB is read-locked
-/// (refreshing a source again at the same time changes nothing), and the
+/// (refreshing a source again at the same time changes nothing but the
+/// count of static conflicts, which a kept decision repeats), and the
 /// burst's learn list only gained the frame's own source, which the
 /// hairpin check already saw. A flow's frames, which come in runs, then
 /// skip the parse, the admission and both FDB probes.
 #[derive(Clone, Copy)]
 struct Recent {
     key: [u8; RECENT_KEY],
-    tci: Option<u16>,
+    decided: Decided,
+}
+
+/// What deciding on a frame found.
+#[derive(Clone, Copy)]
+struct Decided {
     verdict: Verdict,
+    /// The frame's outer 802.1Q TCI.
+    tci: Option<u16>,
+    /// Its source is a static entry on another port (counted per frame).
+    conflict: bool,
 }
 
 /// Bytes of the head a [`Recent`] decision is keyed by.
@@ -890,12 +900,16 @@ impl<'a> Burst<'a> {
         let key = recent_key(head);
         if let (Some(k), Some(r)) = (&key, &self.recent) {
             if *k == r.key {
-                let Recent { tci, verdict, .. } = *r;
-                self.dispatch(verdict, tci, hdr, head, frame);
+                let d = r.decided;
+                if d.conflict {
+                    // Counted per frame, as a fresh decision would.
+                    self.fdb.count_static_conflict();
+                }
+                self.dispatch(d.verdict, d.tci, hdr, head, frame);
                 return;
             }
         }
-        let (verdict, tci) = match self.decide(ingress, head) {
+        let d = match self.decide(ingress, head) {
             Ok(d) => d,
             Err(r) => {
                 self.drops.add(r, 1);
@@ -903,20 +917,16 @@ impl<'a> Burst<'a> {
             }
         };
         if let Some(key) = key {
-            self.recent = Some(Recent { key, tci, verdict });
+            self.recent = Some(Recent { key, decided: d });
         }
-        self.dispatch(verdict, tci, hdr, head, frame);
+        self.dispatch(d.verdict, d.tci, hdr, head, frame);
     }
 
     /// The decision on a frame's head, and its outer 802.1Q TCI; the source
     /// noted for learning. `Err` for the frames dropped before the decision
     /// (runts, admission), not kept as [`Recent`].
     #[inline]
-    fn decide(
-        &mut self,
-        ingress: &Ingress,
-        head: &[u8],
-    ) -> Result<(Verdict, Option<u16>), DropReason> {
+    fn decide(&mut self, ingress: &Ingress, head: &[u8]) -> Result<Decided, DropReason> {
         let Ok(l2) = L2Head::parse(head) else {
             return Err(DropReason::TooShort);
         };
@@ -929,7 +939,8 @@ impl<'a> Burst<'a> {
         // Known: on the ingress port already, or a static entry elsewhere
         // (not learned: the frame's own address stays where the table has
         // it, and a frame to it goes there).
-        let known = self.fdb.refresh(vlan, &h.src, ingress.id, self.now);
+        let seen = self.fdb.refresh(vlan, &h.src, ingress.id, self.now);
+        let known = seen != Seen::New;
         if !known
             && self.learns.len() < MAX_LEARNS
             && !self.learns.iter().any(|l| l.0 == vlan && l.1 == h.src)
@@ -949,7 +960,11 @@ impl<'a> Burst<'a> {
             // port (it moved in this burst): not to the port it left.
             verdict = Verdict::Drop(DropReason::Hairpin);
         }
-        Ok((verdict, h.tci))
+        Ok(Decided {
+            verdict,
+            tci: h.tci,
+            conflict: seen == Seen::StaticElsewhere,
+        })
     }
 
     /// Carries out a decision.

@@ -424,13 +424,17 @@ fn main() -> ExitCode {
                     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
                     let (mut ours_cy, mut theirs_cy) = (Vec::new(), Vec::new());
                     let (mut ours_busy, mut theirs_busy) = (Vec::new(), Vec::new());
+                    let (mut ours_near, mut theirs_near) = (Vec::new(), Vec::new());
                     for rep in 0..a.reps {
                         for b in bench::abba(rep, Backend::Ours, Backend::Dpdk) {
+                            let c2c_before = bench::core_to_core_ns();
                             let r = bench::quiet_run(
                                 ATTEMPTS,
                                 || run(b, size, huge, packed, in_order, &a, perf),
                                 noise,
                             );
+                            let c2c = (c2c_before, bench::core_to_core_ns());
+                            let place = bench::placement(c2c.0, c2c.1);
                             let ((t, head), noisy) = match r {
                                 Ok(r) => r,
                                 Err(e) => {
@@ -441,7 +445,7 @@ fn main() -> ExitCode {
                             println!(
                             "run huge={huge} ring={} in_order={} size={size} rep={rep} backend={b:?}: {:.2} Mpps \
                              (host clock {:.2}, avg frame {:.1} B, foreign cpu {:.1} %, steal {:.1} %), \
-                             busy {:.0} cycles/frame, {:.0} % of its core{}{}",
+                             busy {:.0} cycles/frame, {:.0} % of its core{}; cores {place} (c2c {:.0}/{:.0} ns){}",
                             if packed { "packed" } else { "split" },
                             io_name(in_order),
                             t.mpps(),
@@ -454,10 +458,18 @@ fn main() -> ExitCode {
                             head.perf.map_or_else(String::new, |(c, i)| format!(
                                 ", perf {c:.0} cycles {i:.0} instructions/frame"
                             )),
+                            c2c.0,
+                            c2c.1,
                             if noisy { " NOISY" } else { "" }
                         );
                             if noisy {
                                 noisy_runs += 1;
+                            }
+                            if place == "near" {
+                                match b {
+                                    Backend::Ours => ours_near.push(t.mpps()),
+                                    Backend::Dpdk => theirs_near.push(t.mpps()),
+                                }
                             }
                             match b {
                                 Backend::Ours => {
@@ -501,17 +513,28 @@ fn main() -> ExitCode {
                         ours.clone(),
                         theirs.clone(),
                         headroom,
+                        (ours_near, theirs_near),
                     ));
                 }
             }
         }
     }
     println!();
-    println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | busy cycles/frame ours / DPDK | busy share of the core ours / DPDK | runs ours | runs DPDK |");
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---|---|");
-    for (huge, packed, in_order, size, mo, md, o, d, [oc, dc, ob, db]) in summary {
+    println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | busy cycles/frame ours / DPDK | busy share of the core ours / DPDK | runs ours | runs DPDK | CPUs near: runs ours / DPDK, median ratio |");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|");
+    for (huge, packed, in_order, size, mo, md, o, d, [oc, dc, ob, db], (on, dn)) in summary {
+        let near = if on.is_empty() || dn.is_empty() {
+            format!("{} / {}", on.len(), dn.len())
+        } else {
+            format!(
+                "{} / {}, {:.2}",
+                on.len(),
+                dn.len(),
+                bench::median(&on) / bench::median(&dn)
+            )
+        };
         println!(
-            "| {} | {} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {oc:.0} / {dc:.0} | {:.0} % / {:.0} % | {} | {} |",
+            "| {} | {} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {oc:.0} / {dc:.0} | {:.0} % / {:.0} % | {} | {} | {near} |",
             if huge { "yes" } else { "no" },
             if packed { "packed" } else { "split" },
             io_name(in_order),
