@@ -808,9 +808,10 @@ struct Burst<'a> {
 /// is a function of the frame's first 16 bytes (addresses, and the outer
 /// tag or ethertype): the ingress port is fixed, the FDB is read-locked
 /// (refreshing a source again at the same time changes nothing but the
-/// count of static conflicts, which a kept decision repeats), and the
-/// burst's learn list only gained the frame's own source, which the
-/// hairpin check already saw. A flow's frames, which come in runs, then
+/// count of static conflicts, which a kept decision repeats), and since
+/// the decision was taken the burst's learn list only gained that frame's
+/// own source, which its hairpin check already saw (any other frame
+/// decided afresh replaces the kept decision). A flow's frames, which come in runs, then
 /// skip the parse, the admission and both FDB probes.
 #[derive(Clone, Copy)]
 struct Recent {
@@ -916,9 +917,10 @@ impl<'a> Burst<'a> {
                 return;
             }
         };
-        if let Some(key) = key {
-            self.recent = Some(Recent { key, decided: d });
-        }
+        // Replaced by every decision taken afresh, kept or not: a frame
+        // decided in between (stacked tags) may have noted its source for
+        // learning, which a later frame's hairpin check has to see.
+        self.recent = key.map(|key| Recent { key, decided: d });
         self.dispatch(d.verdict, d.tci, hdr, head, frame);
     }
 
