@@ -18,9 +18,12 @@
 //!   its head is outside the ring; nothing of it reaches any port (`z`,
 //!   the destination its frames name, receives nothing);
 //! - the `a` -> `b` rate, in 200 ms windows alternating between `h` quiet
-//!   and `h` attacking (32 malformed chains a millisecond), keeps its
-//!   median within 10 % of the quiet windows' median (7 of each; 14 when
-//!   the first 7 fall short);
+//!   and `h` attacking (32 malformed chains a millisecond), stays within
+//!   10 %: the median over the pairs of (attacked window / the quiet window
+//!   just before it) is at least 0.9 (7 pairs; 14 when the first 7 fall
+//!   short). Pairs, not the two medians: the host moves this machine's two
+//!   vCPUs between near and far cores every few seconds (BENCHMARKS.md,
+//!   "Why some runs are slow"), which a pair 400 ms long mostly shares;
 //! - `b` receives exactly what `a` sent it, in order and unaltered.
 //!
 //! The switch maps each guest memory region between two inaccessible guard
@@ -76,8 +79,7 @@ const ATTEMPTS: usize = 2;
 /// Drop reasons of the switch's own checks, taken on frames the ring
 /// engine handed over (and counted in `tx_packets`).
 const SWITCH_REASONS: [&str; 2] = ["too_long", "malformed"];
-/// The lowest median rate under attack allowed, as a share of the quiet
-/// windows' median.
+/// The lowest median allowed of the window pairs' attacked / quiet rates.
 const FLOOR: f64 = 0.9;
 
 const CONFIG: &str = r#"
@@ -137,6 +139,11 @@ fn start_stream(sw: &SwitchProc) -> (Stream, Arc<AtomicU64>) {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The median over the window pairs of attacked / quiet.
+fn paired(quiet: &[f64], attacked: &[f64]) -> f64 {
+    median(quiet.iter().zip(attacked).map(|(q, a)| a / q).collect())
 }
 
 // ===== the attacks =====
@@ -596,7 +603,7 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
                     turn += 1;
                 }));
             }
-            if median(attacked.clone()) >= FLOOR * median(quiet.clone()) {
+            if paired(&quiet, &attacked) >= FLOOR {
                 break;
             }
         }
@@ -626,13 +633,11 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
         };
         let d = delta(&drops(&after, rx), &drops(&before, rx));
         let (q, t) = (median(quiet.clone()), median(attacked.clone()));
+        let ratio = paired(&quiet, &attacked);
         println!(
             "{}: published {:?} ({} returned); counted {d:?}; a->b {q:.0} frames/s quiet, \
-             {t:.0} attacked ({:.3}x); windows {quiet:.0?} / {attacked:.0?}",
-            sc.name,
-            p.by_reason,
-            p.returned,
-            t / q
+             {t:.0} attacked (pairs: {ratio:.3}x); windows {quiet:.0?} / {attacked:.0?}",
+            sc.name, p.by_reason, p.returned,
         );
         if rx {
             // Every buffer back is one frame for h dropped for its
@@ -675,8 +680,9 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
             sc.name
         );
         assert!(
-            t >= FLOOR * q,
-            "{}: a->b fell from {q:.0} to {t:.0} frames/s (windows {quiet:.0?} / {attacked:.0?})",
+            ratio >= FLOOR,
+            "{}: a->b fell from {q:.0} to {t:.0} frames/s, {ratio:.3}x over the pairs \
+             (windows {quiet:.0?} / {attacked:.0?})",
             sc.name
         );
         let faults = guest_memory_faults(&sw) - faults_before;
@@ -695,7 +701,7 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
         } else {
             assert_eq!(faults, 0, "{}: guest memory faults", sc.name);
         }
-        report.push((sc.name, t / q));
+        report.push((sc.name, ratio));
     }
 
     // ----- the avail index more than a ring ahead -----
@@ -725,7 +731,7 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
                 thread::sleep(Duration::from_millis(10));
             }
         }
-        if round + 1 == ROUNDS && median(broken.clone()) >= FLOOR * median(quiet.clone()) {
+        if round + 1 == ROUNDS && paired(&quiet, &broken) >= FLOOR {
             break;
         }
     }
@@ -736,16 +742,16 @@ fn hostile_guest_loses_its_own_frames_and_slows_no_one() {
         "a broken ring is counted once, however often it is kicked"
     );
     let (q, t) = (median(quiet.clone()), median(broken.clone()));
+    let ratio = paired(&quiet, &broken);
     println!(
-        "avail index a ring ahead: ring_broken 1; a->b {q:.0} quiet, {t:.0} broken ({:.3}x); \
-         windows {quiet:.0?} / {broken:.0?}",
-        t / q
+        "avail index a ring ahead: ring_broken 1; a->b {q:.0} quiet, {t:.0} broken (pairs: \
+         {ratio:.3}x); windows {quiet:.0?} / {broken:.0?}"
     );
     assert!(
-        t >= FLOOR * q,
-        "a broken ring slowed a->b: {q:.0} -> {t:.0}"
+        ratio >= FLOOR,
+        "a broken ring slowed a->b: {q:.0} -> {t:.0}, {ratio:.3}x over the pairs"
     );
-    report.push(("avail index a ring ahead", t / q));
+    report.push(("avail index a ring ahead", ratio));
 
     // ----- the switch is whole -----
     // Every guest's memory (a, b, h, z) between guards, h's with the two
