@@ -82,6 +82,8 @@ pub mod cfg {
     pub const MRG: u8 = 8;
     /// The guest receive offloads (checksum, TSO, UFO, ECN).
     pub const OFFLOADS: u8 = 16;
+    /// `VIRTIO_F_IN_ORDER` (packed TX buffers returned by runs).
+    pub const IN_ORDER: u8 = 32;
 }
 
 /// Opcodes (the operation byte modulo [`op::COUNT`]).
@@ -638,11 +640,16 @@ struct Dev {
     used_wrap: bool,
     published_used: u16,
     pending_head: Option<(u16, u16)>,
+    /// IN_ORDER, packed TX: used buffers are returned by runs, one
+    /// descriptor each (`PackedRing::push_used`).
+    in_order: bool,
+    /// The open run: its first slot, flags and last buffer id.
+    run: Option<(u16, u16, u16)>,
     counters: QueueCounters,
 }
 
 impl Dev {
-    fn new(layout: Layout, rx: bool) -> Self {
+    fn new(layout: Layout, rx: bool, in_order: bool) -> Self {
         let (area, size) = match layout {
             Layout::Split(l) => (
                 Area::Split {
@@ -675,6 +682,8 @@ impl Dev {
             used_wrap: true,
             published_used: 0,
             pending_head: None,
+            in_order: in_order && !rx,
+            run: None,
             counters: QueueCounters::default(),
         }
     }
@@ -910,17 +919,18 @@ impl Dev {
                 self.next_used = self.next_used.wrapping_add(1);
             }
             Area::Packed { desc, .. } => {
-                let p = desc + 16 * u64::from(self.next_used);
                 let mut flags = if self.used_wrap { AVAIL | USED } else { 0 };
-                if self.rx {
-                    flags |= WRITE;
-                }
-                m.w32(p + 8, len);
-                m.w16(p + 12, id);
-                if self.pending_head.is_none() {
-                    self.pending_head = Some((self.next_used, flags));
+                if self.in_order {
+                    // The run's descriptor is written when it closes.
+                    match &mut self.run {
+                        Some(r) => r.2 = id,
+                        None => self.run = Some((self.next_used, flags, id)),
+                    }
                 } else {
-                    m.w16(p + 14, flags);
+                    if self.rx {
+                        flags |= WRITE;
+                    }
+                    self.write_packed_used(m, desc, self.next_used, id, len, flags);
                 }
                 let next = u32::from(self.next_used) + u32::from(ndesc.max(1));
                 if next >= u32::from(self.size) {
@@ -933,6 +943,19 @@ impl Dev {
         }
     }
 
+    /// One packed used descriptor; the burst's first one's flags wait for
+    /// publication.
+    fn write_packed_used(&mut self, m: &mut Mem, desc: u64, slot: u16, id: u16, len: u32, flags: u16) {
+        let p = desc + 16 * u64::from(slot);
+        m.w32(p + 8, len);
+        m.w16(p + 12, id);
+        if self.pending_head.is_none() {
+            self.pending_head = Some((slot, flags));
+        } else {
+            m.w16(p + 14, flags);
+        }
+    }
+
     fn publish(&mut self, m: &mut Mem) {
         match self.area {
             Area::Split { used, .. } => {
@@ -942,6 +965,9 @@ impl Dev {
                 }
             }
             Area::Packed { desc, .. } => {
+                if let Some((slot, flags, id)) = self.run.take() {
+                    self.write_packed_used(m, desc, slot, id, 0, flags);
+                }
                 if let Some((slot, flags)) = self.pending_head.take() {
                     m.w16(desc + 16 * u64::from(slot) + 14, flags);
                 }
@@ -1192,6 +1218,9 @@ impl Harness {
         if cb & cfg::MRG != 0 {
             features |= bits::MRG_RXBUF;
         }
+        if cb & cfg::IN_ORDER != 0 {
+            features |= bits::IN_ORDER;
+        }
         if cb & cfg::OFFLOADS != 0 {
             features |= bits::GUEST_CSUM
                 | bits::GUEST_TSO4
@@ -1222,8 +1251,8 @@ impl Harness {
         };
         let (base, len) = g.memory_range();
         let dev = [
-            Dev::new(g.layout(true), true),
-            Dev::new(g.layout(false), false),
+            Dev::new(g.layout(true), true, cb & cfg::IN_ORDER != 0),
+            Dev::new(g.layout(false), false, cb & cfg::IN_ORDER != 0),
         ];
         let drv = [Drv {
             pk_wrap: true,
@@ -2059,6 +2088,10 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
             (
                 "all",
                 cfg::EVENT_IDX | cfg::INDIRECT | cfg::MRG | cfg::OFFLOADS,
+            ),
+            (
+                "all-inorder",
+                cfg::EVENT_IDX | cfg::INDIRECT | cfg::MRG | cfg::OFFLOADS | cfg::IN_ORDER,
             ),
         ] {
             let cb = fb | if packed { cfg::PACKED } else { 0 };

@@ -100,8 +100,8 @@ fn replay_rings() {
             traffic += 1;
         }
     }
-    // split and packed x four feature sets.
-    assert_eq!(traffic, 8, "traffic seeds");
+    // split and packed x five feature sets.
+    assert_eq!(traffic, 10, "traffic seeds");
 }
 
 #[test]

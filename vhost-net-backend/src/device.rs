@@ -286,6 +286,13 @@ impl Negotiated {
     pub const fn indirect(self) -> bool {
         self.has(bits::INDIRECT_DESC)
     }
+
+    /// Whether buffers are used in the order they were made available
+    /// (`VIRTIO_F_IN_ORDER`): a packed ring then returns a burst of TX
+    /// buffers with one used descriptor.
+    pub const fn in_order(self) -> bool {
+        self.has(bits::IN_ORDER)
+    }
 }
 
 #[cfg(test)]

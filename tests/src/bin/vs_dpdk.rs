@@ -8,8 +8,12 @@
 //!
 //! ```text
 //! vs-dpdk [--reps N] [--sizes 64,1514] [--huge no|yes|both] [--rings split,packed]
-//!         [--in-order default,0,1] [--warmup SECS] [--window SECS] [--histogram]
+//!         [--in-order default,0,1] [--queue-size 256,1024] [--warmup SECS]
+//!         [--window SECS] [--histogram]
 //! ```
+//!
+//! `--queue-size` sets virtio-user's `queue_size=` (and testpmd's
+//! `--txd`/`--rxd` to match); 256, virtio-user's default, unless given.
 //!
 //! Pinning (two cores): the frontend forwards on CPU 1; the backend (echo's
 //! data-plane thread, or DPDK's forwarding lcore) polls CPU 0. Run
@@ -72,6 +76,8 @@ struct Args {
     rings: Vec<bool>,
     /// Frontend `in_order=` values (`None`: virtio-user's default).
     in_order: Vec<Option<bool>>,
+    /// Frontend `queue_size=` values: ring entries.
+    queue_sizes: Vec<u16>,
     warmup: Duration,
     window: Duration,
     /// Echo prints how full its bursts were (`echo --histogram`).
@@ -85,6 +91,7 @@ fn parse_args() -> Result<Args, String> {
         huge: vec![false, true],
         rings: vec![false],
         in_order: vec![None],
+        queue_sizes: vec![256],
         warmup: Duration::from_secs(3),
         window: Duration::from_secs(5),
         histogram: false,
@@ -126,6 +133,17 @@ fn parse_args() -> Result<Args, String> {
                         "0" => Ok(Some(false)),
                         "1" => Ok(Some(true)),
                         o => Err(format!("--in-order: {o}")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--queue-size" => {
+                a.queue_sizes = v()?
+                    .split(',')
+                    .map(|s| match s.parse::<u16>() {
+                        Ok(n) if (16..=32768).contains(&n) && n.is_power_of_two() => Ok(n),
+                        _ => Err(format!(
+                            "--queue-size: {s}: a power of two from 16 to 32768"
+                        )),
                     })
                     .collect::<Result<_, _>>()?
             }
@@ -222,15 +240,24 @@ fn perf_stop(p: std::process::Child) -> Option<(u64, u64)> {
 
 /// One run: start the backend, then the frontend, inject, measure, stop,
 /// and check the run's conditions (see the module doc).
-fn run(
-    backend: Backend,
-    size: u16,
+/// One row of the table: what both backends are measured under.
+#[derive(Debug, Clone, Copy)]
+struct Row {
     huge: bool,
     packed: bool,
+    queue_size: u16,
     in_order: Option<bool>,
-    a: &Args,
-    perf: bool,
-) -> Result<(Throughput, Headroom), String> {
+    size: u16,
+}
+
+fn run(backend: Backend, row: Row, a: &Args, perf: bool) -> Result<(Throughput, Headroom), String> {
+    let Row {
+        huge,
+        packed,
+        queue_size,
+        in_order,
+        size,
+    } = row;
     let dir = RunDir::new("vsdpdk");
     let socket: PathBuf = dir.join("vhost.sock");
     let mut echo = None;
@@ -261,6 +288,9 @@ fn run(
     fe.pkt_len = Some(size);
     fe.packed_vq = packed.then_some(true);
     fe.in_order = in_order;
+    fe.queue_size = Some(queue_size);
+    fe.port.txd = queue_size;
+    fe.port.rxd = queue_size;
     let mut fe = Testpmd::spawn(&fe);
     fe.wait_ready(Duration::from_secs(60));
     fe.wait_link_up(Duration::from_secs(30));
@@ -418,7 +448,11 @@ fn main() -> ExitCode {
     let mut summary = Vec::new();
     let mut noisy_runs = 0;
     for &huge in &a.huge {
-        for &packed in &a.rings {
+        for (packed, qs) in a
+            .rings
+            .iter()
+            .flat_map(|&p| a.queue_sizes.iter().map(move |&q| (p, q)))
+        {
             for &in_order in &a.in_order {
                 for &size in &a.sizes {
                     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
@@ -430,7 +464,16 @@ fn main() -> ExitCode {
                             let c2c_before = bench::core_to_core_ns();
                             let r = bench::quiet_run(
                                 ATTEMPTS,
-                                || run(b, size, huge, packed, in_order, &a, perf),
+                                || {
+                                    let row = Row {
+                                        huge,
+                                        packed,
+                                        queue_size: qs,
+                                        in_order,
+                                        size,
+                                    };
+                                    run(b, row, &a, perf)
+                                },
                                 noise,
                             );
                             let c2c = (c2c_before, bench::core_to_core_ns());
@@ -443,7 +486,7 @@ fn main() -> ExitCode {
                                 }
                             };
                             println!(
-                            "run huge={huge} ring={} in_order={} size={size} rep={rep} backend={b:?}: {:.2} Mpps \
+                            "run huge={huge} ring={} queue_size={qs} in_order={} size={size} rep={rep} backend={b:?}: {:.2} Mpps \
                              (host clock {:.2}, avg frame {:.1} B, foreign cpu {:.1} %, steal {:.1} %), \
                              busy {:.0} cycles/frame, {:.0} % of its core{}; cores {place} (c2c {:.0}/{:.0} ns){}",
                             if packed { "packed" } else { "split" },
@@ -505,7 +548,7 @@ fn main() -> ExitCode {
                     ];
                     summary.push((
                         huge,
-                        packed,
+                        (packed, qs),
                         in_order,
                         size,
                         mo,
@@ -522,7 +565,7 @@ fn main() -> ExitCode {
     println!();
     println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | busy cycles/frame ours / DPDK | busy share of the core ours / DPDK | runs ours | runs DPDK | CPUs near: runs ours / DPDK, median ratio |");
     println!("|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|");
-    for (huge, packed, in_order, size, mo, md, o, d, [oc, dc, ob, db], (on, dn)) in summary {
+    for (huge, (packed, qs), in_order, size, mo, md, o, d, [oc, dc, ob, db], (on, dn)) in summary {
         let near = if on.is_empty() || dn.is_empty() {
             format!("{} / {}", on.len(), dn.len())
         } else {
@@ -534,7 +577,7 @@ fn main() -> ExitCode {
             )
         };
         println!(
-            "| {} | {} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {oc:.0} / {dc:.0} | {:.0} % / {:.0} % | {} | {} | {near} |",
+            "| {} | {} {qs} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {oc:.0} / {dc:.0} | {:.0} % / {:.0} % | {} | {} | {near} |",
             if huge { "yes" } else { "no" },
             if packed { "packed" } else { "split" },
             io_name(in_order),

@@ -195,19 +195,8 @@ impl Vring {
             Some(cfg) => {
                 let same_epoch = self.cfg.as_ref().is_some_and(|c| c.epoch == cfg.epoch);
                 let ring = match (&self.ring, same_epoch) {
-                    (Some(old), true) => old.remap(
-                        Arc::clone(&cfg.mem),
-                        cfg.layout,
-                        cfg.features.event_idx(),
-                        cfg.features.indirect(),
-                    ),
-                    _ => Ring::new(
-                        Arc::clone(&cfg.mem),
-                        cfg.layout,
-                        cfg.base,
-                        cfg.features.event_idx(),
-                        cfg.features.indirect(),
-                    ),
+                    (Some(old), true) => old.remap(Arc::clone(&cfg.mem), cfg.layout, cfg.features),
+                    _ => Ring::new(Arc::clone(&cfg.mem), cfg.layout, cfg.base, cfg.features),
                 };
                 self.ring = match ring {
                     Ok(mut r) => {

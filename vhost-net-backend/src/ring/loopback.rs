@@ -439,14 +439,26 @@ impl DrvRing {
                         u16::from_le(std::ptr::read_volatile((p + 12) as *const u16)),
                     )
                 };
-                f(id, len);
-                self.reap += 1;
-                if self.reap == self.size {
-                    self.reap = 0;
-                    self.reap_wrap = !self.reap_wrap;
+                // Every buffer takes one slot and has its slot as id, so a
+                // used descriptor whose id is a later slot returns the run
+                // of buffers up to it (IN_ORDER, TX).
+                let run = (id + self.size - self.reap) % self.size + 1;
+                assert!(
+                    id < self.size && run <= self.outstanding,
+                    "device returned id {id} at slot {} with {} outstanding",
+                    self.reap,
+                    self.outstanding
+                );
+                for k in 0..run {
+                    f(self.reap, if k + 1 == run { len } else { 0 });
+                    self.reap += 1;
+                    if self.reap == self.size {
+                        self.reap = 0;
+                        self.reap_wrap = !self.reap_wrap;
+                    }
                 }
-                self.outstanding -= 1;
-                n += 1;
+                self.outstanding -= run;
+                n += usize::from(run);
             }
         } else {
             // SAFETY: used.idx, 2-aligned, inside loopback memory.

@@ -27,6 +27,7 @@ pub use split::{RingError, SplitLayout};
 
 use std::sync::Arc;
 
+use crate::device::Negotiated;
 use crate::net_hdr::{VirtioNetHdr, MAX_HDR_LEN};
 use crate::stats::DropReason;
 
@@ -107,9 +108,9 @@ impl Ring {
         mem: Arc<GuestMemory>,
         layout: Layout,
         base: u32,
-        event_idx: bool,
-        indirect: bool,
+        features: Negotiated,
     ) -> Result<Self, RingError> {
+        let (event_idx, indirect) = (features.event_idx(), features.indirect());
         Ok(match layout {
             Layout::Split(l) => {
                 let base = u16::try_from(base).map_err(|_| RingError::Size(l.size))?;
@@ -122,9 +123,7 @@ impl Ring {
                 }
                 Ring::Split(r)
             }
-            Layout::Packed(l) => {
-                Ring::Packed(packed::PackedRing::new(mem, l, base, event_idx, indirect)?)
-            }
+            Layout::Packed(l) => Ring::Packed(packed::PackedRing::new(mem, l, base, features)?),
         })
     }
 
@@ -133,17 +132,14 @@ impl Ring {
         &self,
         mem: Arc<GuestMemory>,
         layout: Layout,
-        event_idx: bool,
-        indirect: bool,
+        features: Negotiated,
     ) -> Result<Self, RingError> {
         Ok(match (self, layout) {
             (Ring::Split(r), Layout::Split(l)) => {
-                Ring::Split(r.remap(mem, l, event_idx, indirect)?)
+                Ring::Split(r.remap(mem, l, features.event_idx(), features.indirect())?)
             }
-            (Ring::Packed(r), Layout::Packed(l)) => {
-                Ring::Packed(r.remap(mem, l, event_idx, indirect)?)
-            }
-            (r, l) => Ring::new(mem, l, r.base(), event_idx, indirect)?,
+            (Ring::Packed(r), Layout::Packed(l)) => Ring::Packed(r.remap(mem, l, features)?),
+            (r, l) => Ring::new(mem, l, r.base(), features)?,
         })
     }
 

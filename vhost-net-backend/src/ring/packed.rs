@@ -14,6 +14,14 @@
 //! with their flags, except the first one's, which is stored last with
 //! release ordering: the driver sees the whole burst at once (one
 //! publication per burst, as with the split ring's `used.idx`).
+//!
+//! With `VIRTIO_F_IN_ORDER` a run of consecutive TX buffers (device-readable,
+//! used length 0) is returned with one used descriptor: the run's first
+//! slot gets the last buffer's id, and the used position skips every slot
+//! the run took (virtio 1.1+, 2.8.20). A burst of 32 frames then writes one
+//! descriptor instead of 32: one line the driver fetches back instead of
+//! eight. RX buffers carry their own lengths and are always returned one
+//! by one.
 
 use std::sync::atomic::{fence, AtomicU16, Ordering};
 use std::sync::Arc;
@@ -22,6 +30,7 @@ use super::log::RingLog;
 use super::memory::GuestMemory;
 use super::split::RingError;
 use super::{read_desc_words, Mark, Popped, Seg, SegVec, UsedId};
+use crate::device::Negotiated;
 use crate::stats::DropReason;
 
 const DESC_F_NEXT: u16 = 1;
@@ -70,17 +79,33 @@ pub(crate) struct PackedRing {
     /// The first used descriptor of the current burst, whose flags are
     /// stored (with release) at publication.
     pending_head: Option<(usize, u16)>,
+    /// An in-order run of TX buffers whose one used descriptor is not
+    /// written yet.
+    run: Option<Run>,
     /// Whether anything was published since the last notification check.
     published: bool,
     /// Used position at the last notification decision (EVENT_IDX).
     signalled_used: Option<(u16, bool)>,
     event_idx: bool,
     indirect: bool,
+    /// `VIRTIO_F_IN_ORDER`: TX buffers are returned by runs.
+    in_order: bool,
     notify_enabled: bool,
     hint: usize,
     broken: bool,
     /// Dirty-page logging, while the frontend has it on.
     pub(super) log: Option<Box<RingLog>>,
+}
+
+/// Consecutive used TX buffers returned with one descriptor (IN_ORDER).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// The run's first slot, where its descriptor goes.
+    slot: u16,
+    /// Its flags (the used wrap counter at that slot).
+    flags: u16,
+    /// The id of the run's last buffer.
+    id: u16,
 }
 
 // SAFETY: the raw addresses point into mappings kept alive by `mem`; a ring
@@ -95,8 +120,7 @@ impl PackedRing {
         mem: Arc<GuestMemory>,
         layout: PackedLayout,
         base: u32,
-        event_idx: bool,
-        indirect: bool,
+        features: Negotiated,
     ) -> Result<Self, RingError> {
         if layout.size == 0 || layout.size > 32768 {
             return Err(RingError::Size(layout.size));
@@ -139,10 +163,12 @@ impl PackedRing {
             next_used: used,
             used_wrap,
             pending_head: None,
+            run: None,
             published: false,
             signalled_used: None,
-            event_idx,
-            indirect,
+            event_idx: features.event_idx(),
+            indirect: features.indirect(),
+            in_order: features.in_order(),
             notify_enabled: true,
             hint: 0,
             broken: false,
@@ -153,14 +179,16 @@ impl PackedRing {
     }
 
     /// The same ring over a new memory snapshot, keeping its indices.
+    /// Whatever was pushed must have been published first: the base counts
+    /// the used position, not what the driver can see.
     pub(crate) fn remap(
         &self,
         mem: Arc<GuestMemory>,
         layout: PackedLayout,
-        event_idx: bool,
-        indirect: bool,
+        features: Negotiated,
     ) -> Result<Self, RingError> {
-        let mut r = Self::new(mem, layout, self.base(), event_idx, indirect)?;
+        debug_assert!(self.pending_head.is_none() && self.run.is_none());
+        let mut r = Self::new(mem, layout, self.base(), features)?;
         r.signalled_used = self.signalled_used;
         r.notify_enabled = self.notify_enabled;
         r.broken = self.broken;
@@ -384,30 +412,67 @@ impl PackedRing {
     }
 
     /// Writes a used descriptor (the burst's first one stays invisible
-    /// until [`Self::publish_used`]).
+    /// until [`Self::publish_used`]). Under IN_ORDER a TX buffer (`!wrote`)
+    /// only extends the current run; the run's descriptor is written when
+    /// something else is pushed or at publication.
     #[inline]
     pub(crate) fn push_used(&mut self, u: UsedId, len: u32, wrote: bool) {
-        let p = self.desc + 16 * usize::from(self.next_used);
-        let mut flags = if self.used_wrap {
+        let flags = if self.used_wrap {
             DESC_F_AVAIL | DESC_F_USED
         } else {
             0
         };
-        if wrote {
-            flags |= DESC_F_WRITE;
+        if self.in_order && !wrote {
+            match &mut self.run {
+                Some(r) => r.id = u.id(),
+                None => {
+                    self.run = Some(Run {
+                        slot: self.next_used,
+                        flags,
+                        id: u.id(),
+                    })
+                }
+            }
+            self.advance_used(u);
+            return;
         }
-        // SAFETY: `next_used < size`: `p..p+16` is a descriptor slot in the
-        // mapped ring (kept alive by `self.mem`), 8-aligned.
+        self.close_run();
+        let flags = if wrote { flags | DESC_F_WRITE } else { flags };
+        self.write_used(self.next_used, u.id(), len, flags);
+        self.advance_used(u);
+    }
+
+    /// Writes the pending run's one descriptor (length 0: TX buffers).
+    #[inline]
+    fn close_run(&mut self) {
+        if let Some(r) = self.run.take() {
+            self.write_used(r.slot, r.id, 0, r.flags);
+        }
+    }
+
+    /// Writes one used descriptor at `slot`; its flags are stored now
+    /// (release), or at publication when it is the burst's first.
+    #[inline(always)]
+    fn write_used(&mut self, slot: u16, id: u16, len: u32, flags: u16) {
+        let p = self.desc + 16 * usize::from(slot);
+        // SAFETY: `slot < size` (a used position): `p..p+16` is a
+        // descriptor slot in the mapped ring (kept alive by `self.mem`),
+        // 8-aligned.
         unsafe {
             std::ptr::write_volatile((p + 8) as *mut u32, len.to_le());
-            std::ptr::write_volatile((p + 12) as *mut u16, u.id().to_le());
+            std::ptr::write_volatile((p + 12) as *mut u16, id.to_le());
         }
         if self.pending_head.is_none() {
-            self.pending_head = Some((usize::from(self.next_used), flags));
+            self.pending_head = Some((usize::from(slot), flags));
         } else {
-            self.flags_atomic(self.next_used)
+            self.flags_atomic(slot)
                 .store(flags.to_le(), Ordering::Release);
         }
+    }
+
+    /// Moves the used position past the slots `u` took.
+    #[inline(always)]
+    fn advance_used(&mut self, u: UsedId) {
         // Invariant: 1 <= ndesc <= size (it counts slots the buffer took).
         let next = u32::from(self.next_used) + u32::from(u.ndesc().max(1));
         if next >= u32::from(self.size) {
@@ -421,6 +486,7 @@ impl PackedRing {
     /// Makes the burst's used descriptors visible: one release store.
     #[inline]
     pub(crate) fn publish_used(&mut self) -> bool {
+        self.close_run();
         match self.pending_head.take() {
             Some((slot, flags)) => {
                 if let Some(l) = &mut self.log {
@@ -517,5 +583,113 @@ impl PackedRing {
             self.notify_enabled = false;
             self.write_u16(self.device + 2, EVENT_DISABLE);
         }
+    }
+}
+
+#[cfg(all(test, feature = "test-utils"))]
+mod tests {
+    use super::{DESC_F_AVAIL, DESC_F_USED, DESC_F_WRITE};
+    use crate::device::bits;
+    use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
+    use crate::ring::Layout;
+    use crate::sink::Sink;
+    use crate::VirtioNetHdr;
+
+    /// (len, id, flags) of every slot of one ring.
+    fn slots(g: &LoopbackGuest, rx: bool) -> Vec<(u32, u16, u16)> {
+        let Layout::Packed(l) = g.layout(rx) else {
+            panic!("a packed ring")
+        };
+        (0..l.size)
+            .map(|i| {
+                let mut d = [0u8; 16];
+                g.read_guest(l.desc + 16 * u64::from(i), &mut d);
+                (
+                    u32::from_le_bytes(d[8..12].try_into().unwrap()),
+                    u16::from_le_bytes(d[12..14].try_into().unwrap()),
+                    u16::from_le_bytes(d[14..16].try_into().unwrap()),
+                )
+            })
+            .collect()
+    }
+
+    fn guest(in_order: bool) -> LoopbackGuest {
+        LoopbackGuest::new(LoopbackOpts {
+            packed: true,
+            size: 8,
+            features: bits::MRG_RXBUF | if in_order { bits::IN_ORDER } else { 0 },
+            ..LoopbackOpts::default()
+        })
+    }
+
+    const USED_LAP1: u16 = DESC_F_AVAIL | DESC_F_USED;
+
+    #[test]
+    fn in_order_tx_buffers_come_back_with_one_descriptor_per_burst() {
+        let mut g = guest(true);
+        let frame = [5u8; 60];
+        assert_eq!(g.post_tx(&frame, 5), 5);
+        assert_eq!(g.qp.tx.recv_burst(32, |_| {}), 5);
+        let s = slots(&g, false);
+        // Slot 0 stands for the run and names its last buffer (id 4); the
+        // driver's own descriptors in slots 1-4 are left as it wrote them.
+        assert_eq!(s[0], (0, 4, USED_LAP1));
+        for (i, d) in s.iter().enumerate().take(5).skip(1) {
+            assert_eq!((d.1, d.2), (i as u16, DESC_F_AVAIL), "slot {i}");
+        }
+        assert_eq!(g.reap_tx(), 5);
+        // The next run wraps: slots 5, 6, 7, 0, 1 (ids alike); its
+        // descriptor goes at slot 5 with the first lap's wrap counter.
+        assert_eq!(g.post_tx(&frame, 5), 5);
+        assert_eq!(g.qp.tx.recv_burst(32, |_| {}), 5);
+        let s = slots(&g, false);
+        assert_eq!(s[5], (0, 1, USED_LAP1));
+        assert_eq!((s[6].1, s[6].2), (6, DESC_F_AVAIL));
+        assert_eq!(g.reap_tx(), 5);
+        // A burst split in two (max 2, then the rest): two runs.
+        assert_eq!(g.post_tx(&frame, 3), 3);
+        assert_eq!(g.qp.tx.recv_burst(2, |_| {}), 2);
+        assert_eq!(g.qp.tx.recv_burst(32, |_| {}), 1);
+        let s = slots(&g, false);
+        assert_eq!((s[2].1, s[2].2), (3, 0), "second lap: wrap counter 0");
+        assert_eq!((s[4].1, s[4].2), (4, 0));
+        assert_eq!(g.reap_tx(), 3);
+        assert_eq!(g.qp.tx.counters().packets, 13);
+    }
+
+    #[test]
+    fn without_in_order_every_tx_buffer_has_its_descriptor() {
+        let mut g = guest(false);
+        assert_eq!(g.post_tx(&[5u8; 60], 5), 5);
+        assert_eq!(g.qp.tx.recv_burst(32, |_| {}), 5);
+        let s = slots(&g, false);
+        for (i, d) in s.iter().enumerate().take(5) {
+            assert_eq!(*d, (0, i as u16, USED_LAP1), "slot {i}");
+        }
+        assert_eq!(g.reap_tx(), 5);
+    }
+
+    #[test]
+    fn in_order_rx_buffers_keep_their_own_lengths() {
+        let mut g = guest(true);
+        assert_eq!(g.post_rx(3), 3);
+        let hdr = VirtioNetHdr::default();
+        {
+            let mut rx = g.qp.rx.burst();
+            for len in [60usize, 100, 1000] {
+                let f = vec![1u8; len];
+                Sink::push(&mut rx, &hdr, &&f[..]).expect("room");
+            }
+        }
+        let s = slots(&g, true);
+        let h = g.hdr_len() as u32;
+        for (i, len) in [60u32, 100, 1000].into_iter().enumerate() {
+            assert_eq!(
+                s[i],
+                (h + len, i as u16, USED_LAP1 | DESC_F_WRITE),
+                "slot {i}"
+            );
+        }
+        assert_eq!(g.reap_rx(), (3, u64::from(3 * h + 1160)));
     }
 }

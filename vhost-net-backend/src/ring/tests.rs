@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::memory::GuestMemory;
 use super::split::{SplitLayout, SplitRing};
 use super::{copy_from_segs, SegVec, SegWriter};
+use crate::device::Negotiated;
 use crate::stats::DropReason;
 
 const NEXT: u16 = 1;
@@ -531,12 +532,14 @@ fn a_stale_base_starts_at_the_used_index() {
         used: USED,
         size: N,
     });
-    let mut r = super::Ring::new(Arc::clone(&g.mem), layout, 0, false, false).expect("valid ring");
+    let mut r =
+        super::Ring::new(Arc::clone(&g.mem), layout, 0, Negotiated::new(0)).expect("valid ring");
     assert_eq!(r.base(), 5);
     assert!(!r.is_broken());
     assert_eq!(r.count_avail(64), usize::from(N - 1));
     assert!(!r.is_broken());
     // A base that agrees with the used index is kept.
-    let r = super::Ring::new(Arc::clone(&g.mem), layout, 5, false, false).expect("valid ring");
+    let r =
+        super::Ring::new(Arc::clone(&g.mem), layout, 5, Negotiated::new(0)).expect("valid ring");
     assert_eq!(r.base(), 5);
 }
