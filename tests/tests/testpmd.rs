@@ -517,6 +517,7 @@ loopback_tests! {
     echo_server_q1_mrg1_packed: Echo, backend_server = true, queues = 1, mrg_rxbuf = true, packed = true;
     echo_server_q2_mrg0_packed: Echo, backend_server = true, queues = 2, mrg_rxbuf = false, packed = true;
     echo_client_q1_mrg1_packed_in_order: Echo, backend_server = false, queues = 1, mrg_rxbuf = true, packed = true, in_order = true;
+    echo_server_q2_mrg0_packed_in_order: Echo, backend_server = true, queues = 2, mrg_rxbuf = false, packed = true, in_order = true;
     echo_server_q1_mrg1_in_order: Echo, backend_server = true, queues = 1, mrg_rxbuf = true, in_order = true;
     echo_server_q2_mrg0_in_order: Echo, backend_server = true, queues = 2, mrg_rxbuf = false, in_order = true;
     echo_server_q2_mrg0: Echo, backend_server = true, queues = 2, mrg_rxbuf = false;
