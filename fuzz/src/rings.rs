@@ -945,7 +945,15 @@ impl Dev {
 
     /// One packed used descriptor; the burst's first one's flags wait for
     /// publication.
-    fn write_packed_used(&mut self, m: &mut Mem, desc: u64, slot: u16, id: u16, len: u32, flags: u16) {
+    fn write_packed_used(
+        &mut self,
+        m: &mut Mem,
+        desc: u64,
+        slot: u16,
+        id: u16,
+        len: u32,
+        flags: u16,
+    ) {
         let p = desc + 16 * u64::from(slot);
         m.w32(p + 8, len);
         m.w16(p + 12, id);
