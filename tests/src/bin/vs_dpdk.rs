@@ -238,8 +238,6 @@ fn perf_stop(p: std::process::Child) -> Option<(u64, u64)> {
     Some((count("cycles")?, count("instructions")?))
 }
 
-/// One run: start the backend, then the frontend, inject, measure, stop,
-/// and check the run's conditions (see the module doc).
 /// One row of the table: what both backends are measured under.
 #[derive(Debug, Clone, Copy)]
 struct Row {
@@ -250,6 +248,8 @@ struct Row {
     size: u16,
 }
 
+/// One run: start the backend, then the frontend, inject, measure, stop,
+/// and check the run's conditions (see the module doc).
 fn run(backend: Backend, row: Row, a: &Args, perf: bool) -> Result<(Throughput, Headroom), String> {
     let Row {
         huge,
@@ -455,6 +455,13 @@ fn main() -> ExitCode {
         {
             for &in_order in &a.in_order {
                 for &size in &a.sizes {
+                    let row = Row {
+                        huge,
+                        packed,
+                        queue_size: qs,
+                        in_order,
+                        size,
+                    };
                     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
                     let (mut ours_cy, mut theirs_cy) = (Vec::new(), Vec::new());
                     let (mut ours_busy, mut theirs_busy) = (Vec::new(), Vec::new());
@@ -462,20 +469,7 @@ fn main() -> ExitCode {
                     for rep in 0..a.reps {
                         for b in bench::abba(rep, Backend::Ours, Backend::Dpdk) {
                             let c2c_before = bench::core_to_core_ns();
-                            let r = bench::quiet_run(
-                                ATTEMPTS,
-                                || {
-                                    let row = Row {
-                                        huge,
-                                        packed,
-                                        queue_size: qs,
-                                        in_order,
-                                        size,
-                                    };
-                                    run(b, row, &a, perf)
-                                },
-                                noise,
-                            );
+                            let r = bench::quiet_run(ATTEMPTS, || run(b, row, &a, perf), noise);
                             let c2c = (c2c_before, bench::core_to_core_ns());
                             let place = bench::placement(c2c.0, c2c.1);
                             let ((t, head), noisy) = match r {

@@ -110,10 +110,10 @@ impl Ring {
         base: u32,
         features: Negotiated,
     ) -> Result<Self, RingError> {
-        let (event_idx, indirect) = (features.event_idx(), features.indirect());
         Ok(match layout {
             Layout::Split(l) => {
                 let base = u16::try_from(base).map_err(|_| RingError::Size(l.size))?;
+                let (event_idx, indirect) = (features.event_idx(), features.indirect());
                 let mut r = split::SplitRing::new(mem, l, base, event_idx, indirect)?;
                 if let Some(was) = r.start_at_used() {
                     tracing::info!(
