@@ -30,7 +30,14 @@ pub const MAX_HDR_LEN: usize = 12;
 ///
 /// `num_buffers` is owned by the device on RX (it counts the buffers a
 /// mergeable frame spans) and is ignored on TX.
+///
+/// Laid out in memory as on the wire (`repr(C)`, fields in wire order), so
+/// that a header built from its two words ([`Self::from_words`]) is stored
+/// as one 8-byte and one 4-byte store and a copy of it loads the same two
+/// words: a copy read back right after being stored field by field in
+/// another order stalls store forwarding on the hot path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
 pub struct VirtioNetHdr {
     /// `VIRTIO_NET_HDR_F_*`.
     pub flags: u8,
@@ -116,6 +123,22 @@ impl VirtioNetHdr {
         b
     }
 
+    /// The header as a driver may send it on TX: only `NEEDS_CSUM` kept of
+    /// the flags (drivers must not set `DATA_VALID` or `RSC_INFO` on TX, and
+    /// a guest cannot make another guest skip checksum validation) and
+    /// `num_buffers` cleared (it means nothing on TX). Done on the two
+    /// words, so the result is built, and stored, as two words.
+    #[must_use]
+    #[inline]
+    pub const fn sanitized_tx(&self) -> Self {
+        let (lo, hi) = self.to_words();
+        Self::from_words(
+            lo & !0xff | (lo & F_NEEDS_CSUM as u64),
+            hi & 0xffff,
+            MAX_HDR_LEN,
+        )
+    }
+
     /// Whether the frame is a segmentation super-frame.
     pub const fn is_gso(&self) -> bool {
         self.gso_type & !GSO_ECN != GSO_NONE
@@ -159,6 +182,26 @@ pub(crate) const TSO_V4_SAMPLE: VirtioNetHdr = VirtioNetHdr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sanitized_tx_keeps_only_needs_csum_and_clears_num_buffers() {
+        for flags in 0..=u8::MAX {
+            let h = VirtioNetHdr {
+                flags,
+                num_buffers: 0xbeef,
+                ..TSO_V4_SAMPLE
+            };
+            let s = h.sanitized_tx();
+            assert_eq!(
+                s,
+                VirtioNetHdr {
+                    flags: flags & F_NEEDS_CSUM,
+                    num_buffers: 0,
+                    ..h
+                }
+            );
+        }
+    }
 
     #[test]
     fn round_trip() {

@@ -711,11 +711,11 @@ impl Pmd {
             let max_frame = src.max_frame;
             let n = match tx {
                 Some(tx) => tx.recv_burst(BURST, |frame| {
-                    let hdr = *frame.hdr();
+                    let frame = &*frame;
                     if let Some(c) = &capture {
                         c.offer(Direction::Inbound, frame.len(), |b| frame.copy_to(0, b));
                     }
-                    ctx.frame(ingress, max_frame, &hdr, frame.head(), &*frame);
+                    ctx.frame(ingress, max_frame, frame.hdr(), frame.head(), frame);
                 }),
                 None => {
                     let mut q = src.queue(*queue);

@@ -32,7 +32,15 @@
 //! switch-bench [--reps N] [--sizes 64,1514] [--switches vhu,xconnect,ovs]
 //!              [--warmup SECS] [--window SECS] [--idle SECS] [--no-idle]
 //!              [--max-busy PCT] [--quiet-wait SECS] [--perf DIR]
+//!              [--trace SECS]
 //! ```
+//!
+//! `--trace SECS` follows each run for SECS more seconds after its window,
+//! printing the rate (the frontend's received frames) every 500 ms, and
+//! for vhu its busy cycles per frame (`trace` lines), then the 10th, 50th
+//! and 90th percentiles of those rates (`trace summary`): whether a run's
+//! speed holds or flips within it, and each switch's fast and slow modes
+//! compared with each other's.
 //!
 //! `--perf DIR` records a profile of the switch's processes over each
 //! window (`perf record -e cpu-clock`: the machine's VM has no hardware
@@ -113,6 +121,8 @@ struct Args {
     /// Record a `perf record -e cpu-clock` profile of the switch's
     /// processes over each window into this directory.
     perf: Option<PathBuf>,
+    /// Follow each vhu run for this long after its window (`--trace`).
+    trace: Option<Duration>,
 }
 
 fn secs(v: Result<String, String>) -> Result<Duration, String> {
@@ -130,6 +140,7 @@ fn parse_args() -> Result<Args, String> {
         max_busy: NOISY_PRE_BUSY,
         quiet_wait: Duration::from_secs(20),
         perf: None,
+        trace: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -155,6 +166,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--quiet-wait" => a.quiet_wait = secs(v())?,
             "--perf" => a.perf = Some(PathBuf::from(v()?)),
+            "--trace" => a.trace = Some(secs(v())?),
             o => return Err(format!("unknown argument {o}")),
         }
     }
@@ -808,6 +820,9 @@ fn run(kind: Kind, size: u16, a: &Args) -> Result<Sample, String> {
         }
     }
     let after = fe.port_stats();
+    if let Some(d) = a.trace {
+        trace(&mut fe, &sw, kind, size, d)?;
+    }
     fe.stop();
     let (status, log) = fe.quit();
     let stopped = sw.stop();
@@ -849,6 +864,58 @@ fn run(kind: Kind, size: u16, a: &Args) -> Result<Sample, String> {
         ports,
         c2c: (c2c_before, bench::core_to_core_ns()),
     })
+}
+
+/// Prints the rate (frames the frontend received) every 500 ms for `d`,
+/// with vhu's busy cycles per frame (its counters are published every
+/// 100 ms), then the percentiles of the rates.
+fn trace(fe: &mut Testpmd, sw: &Running, kind: Kind, size: u16, d: Duration) -> Result<(), String> {
+    let step = Duration::from_millis(500);
+    let vhu = |sw: &Running| match sw {
+        Running::Vhu(s, _) => Running::vhu_counters(s).map(Some),
+        _ => Ok(None),
+    };
+    let rx = |fe: &mut Testpmd| fe.port_stats().iter().map(|p| p.rx_packets).sum::<u64>();
+    let t0 = Instant::now();
+    let (mut t, mut f, mut c) = (t0, rx(fe), vhu(sw)?);
+    let mut rates = Vec::new();
+    while t0.elapsed() < d {
+        std::thread::sleep(step);
+        let (t1, f1, c1) = (Instant::now(), rx(fe), vhu(sw)?);
+        let mpps = (f1 - f) as f64 / (t1 - t).as_secs_f64() / 1e6;
+        rates.push(mpps);
+        let mut line = format!(
+            "trace size={size} switch={} {:5.1} s: {mpps:6.2} Mpps",
+            kind.name(),
+            (t1 - t0).as_secs_f64()
+        );
+        if let (Some(a), Some(b)) = (c, c1) {
+            let (busy, frames) = (b[0] - a[0], b[2] - a[2]);
+            let _ = write!(
+                line,
+                ", {:6.1} busy cycles/frame",
+                busy as f64 / frames.max(1) as f64
+            );
+        }
+        println!("{line}");
+        (t, f, c) = (t1, f1, c1);
+    }
+    rates.sort_by(f64::total_cmp);
+    let pct = |p: usize| {
+        rates
+            .get((rates.len() - 1) * p / 100)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    println!(
+        "trace summary size={size} switch={}: {} samples, p10 {:.2} Mpps, median {:.2}, p90 {:.2}",
+        kind.name(),
+        rates.len(),
+        pct(10),
+        pct(50),
+        pct(90)
+    );
+    Ok(())
 }
 
 /// [`run`], with a panic of a helper (a peer's timeout) as an error; the

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use vmm_sys_util::epoll::Epoll;
 
-use crate::ring::{UsedId, MAX_CHAIN_SEGS, MAX_RX_FRAME_SEGS};
+use crate::ring::{UsedId, MAX_RX_FRAME_SEGS};
 use crate::wire::ETH_ALEN;
 
 /// The methods [`RxQueue`] and [`TxQueue`] share, over their `vring` and
@@ -87,8 +87,9 @@ impl QueuePair {
                 chains: vec![(UsedId::new(0, 0), 0); MAX_RX_CHAINS].into_boxed_slice(),
             },
             tx: TxQueue {
-                vring: Vring::new(tx, MAX_CHAIN_SEGS),
+                vring: Vring::new(tx, tx::TX_BATCH_SEGS),
                 index,
+                batch: vec![tx::Parsed::EMPTY; tx::TX_BATCH].into_boxed_slice(),
             },
         }
     }

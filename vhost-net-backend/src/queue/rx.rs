@@ -143,13 +143,37 @@ impl RxQueue {
         let need = hdr_len + flen;
         let mrg = features.mrg_rxbuf();
 
-        // Reserve chains until the frame fits.
+        // Reserve chains until the frame fits. The first stays in locals: a
+        // frame in one buffer (the common case) touches no array, where an
+        // (id, length) pair stored as two words and read back as one stalls
+        // store forwarding. Further chains (mergeable buffers) go to
+        // `q.chains`.
         v.segs.clear();
         let mark = ring.mark();
-        let mut nchains = 0usize;
-        let mut cap = 0usize;
+        let (first, first_len) = match ring.next_chain(true, &mut v.segs) {
+            Popped::Chain(used, len) => (used, len),
+            Popped::Empty => {
+                ring.rollback(mark);
+                return Err(DropReason::NoBuffers);
+            }
+            Popped::Bad(used, reason) => {
+                // The bad buffer is consumed and the frame dropped.
+                if let Some(u) = used {
+                    ring.push_used(u, 0, true);
+                }
+                return Err(reason);
+            }
+        };
+        let mut more = 0usize;
+        let mut cap = first_len as usize;
+        if cap < need && !mrg {
+            // Without mergeable buffers the frame must fit one buffer; leave
+            // it for a smaller frame.
+            ring.rollback(mark);
+            return Err(DropReason::TooLong);
+        }
         while cap < need {
-            if nchains == q.chains.len() {
+            if 1 + more == q.chains.len() {
                 ring.rollback(mark);
                 return Err(DropReason::TooLong);
             }
@@ -166,14 +190,15 @@ impl RxQueue {
                     return Err(DropReason::TooLong);
                 }
                 Popped::Chain(used, len) => {
-                    q.chains[nchains] = (used, len);
-                    nchains += 1;
+                    q.chains[more] = (used, len);
+                    more += 1;
                     cap += len as usize;
                 }
                 Popped::Bad(used, reason) => {
                     // The bad buffer is consumed; the good ones reserved for
                     // this frame go back unused, and the frame is dropped.
-                    for &(u, _) in &q.chains[..nchains] {
+                    ring.push_used(first, 0, true);
+                    for &(u, _) in &q.chains[..more] {
                         ring.push_used(u, 0, true);
                     }
                     if let Some(u) = used {
@@ -182,19 +207,10 @@ impl RxQueue {
                     return Err(reason);
                 }
             }
-            if !mrg {
-                break;
-            }
-        }
-        if cap < need {
-            // Without mergeable buffers the frame must fit one buffer; leave
-            // it for a smaller frame.
-            ring.rollback(mark);
-            return Err(DropReason::TooLong);
         }
 
         let mut h = *hdr;
-        h.num_buffers = nchains as u16;
+        h.num_buffers = (1 + more) as u16;
         if features.acked & bits::GUEST_CSUM == 0 {
             h.flags &= !net_hdr::F_DATA_VALID;
         }
@@ -204,7 +220,10 @@ impl RxQueue {
         let mut remaining = w.written();
         ring.log_write(v.segs.as_slice(), remaining);
         let bytes = remaining.saturating_sub(hdr_len);
-        for &(u, len) in &q.chains[..nchains] {
+        let l = remaining.min(first_len as usize);
+        ring.push_used(first, l as u32, true);
+        remaining -= l;
+        for &(u, len) in &q.chains[..more] {
             let l = remaining.min(len as usize);
             ring.push_used(u, l as u32, true);
             remaining -= l;

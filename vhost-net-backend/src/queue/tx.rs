@@ -5,8 +5,8 @@
 
 use super::frame::{FrameSource, FrameWriter};
 use super::handoff::Vring;
-use crate::net_hdr::{self, VirtioNetHdr};
-use crate::ring::{copy_from_segs, read_hdr, Popped, Seg};
+use crate::net_hdr::VirtioNetHdr;
+use crate::ring::{copy_from_segs, read_hdr, store_hdr, Popped, Seg, MAX_CHAIN_SEGS};
 use crate::stats::DropReason;
 
 /// Bytes of the start of each guest TX frame copied into a private buffer,
@@ -19,6 +19,8 @@ pub const HEAD_LEN: usize = 64;
 pub struct TxQueue {
     pub(super) vring: Vring,
     pub(super) index: u16,
+    /// The chains of the batch being handed out.
+    pub(super) batch: Box<[Parsed]>,
 }
 
 queue_accessors!(TxQueue);
@@ -117,6 +119,34 @@ impl FrameSource for TxFrame<'_> {
     }
 }
 
+/// Most TX chains parsed ahead of the frames' processing
+/// ([`TxQueue::recv_burst`]).
+pub(super) const TX_BATCH: usize = 32;
+
+/// Room for the segments of one batch: every chain may take up to
+/// [`MAX_CHAIN_SEGS`], and a batch stops before a chain could find less
+/// room than that, so two chains always fit (frames of one or two buffers,
+/// the usual kind, fill a whole batch).
+pub(super) const TX_BATCH_SEGS: usize = 2 * MAX_CHAIN_SEGS;
+
+/// One chain of a batch, parsed and waiting for its frame to be handed out.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Parsed {
+    /// What taking it gave: a chain (its id and length), or a refusal.
+    popped: Popped,
+    /// Its segments in the queue's list: `start..end`.
+    start: u32,
+    end: u32,
+}
+
+impl Parsed {
+    pub(super) const EMPTY: Self = Self {
+        popped: Popped::Empty,
+        start: 0,
+        end: 0,
+    };
+}
+
 impl TxQueue {
     /// Dequeues up to `max` frames the guest transmitted, calling `f` for
     /// each; returns how many frames were dequeued (including dropped
@@ -124,6 +154,12 @@ impl TxQueue {
     /// asked) once, at the end of the burst.
     ///
     /// Malformed chains are returned to the guest unprocessed and counted.
+    ///
+    /// Chains are taken in batches of up to 32: all of a batch's
+    /// descriptors are read first, and the first lines of every frame asked
+    /// for, before any frame is read, so the misses on lines the driver's
+    /// core wrote overlap instead of coming one frame at a time (DPDK's
+    /// vhost library batches its small copies for the same reason).
     ///
     /// Hot path: no allocation, no lock, no syscall except at most one
     /// eventfd write per burst.
@@ -141,49 +177,83 @@ impl TxQueue {
         };
         let hdr_len = cfg.features.hdr_len();
         let max_frame = cfg.max_frame;
+        let batch = &mut self.batch;
         let mut n = 0;
         while n < max {
+            // Parse a batch of chains.
+            let want = (max - n).min(batch.len());
             v.segs.clear();
-            let (used, total) = match ring.next_chain(false, &mut v.segs) {
-                Popped::Empty => break,
-                Popped::Chain(used, total) => (used, total as usize),
-                Popped::Bad(used, reason) => {
-                    n += 1;
-                    v.counters.drop(reason);
-                    if let Some(u) = used {
-                        ring.push_used(u, 0, false);
+            let mut k = 0;
+            let mut drained = false;
+            while k < want && v.segs.capacity() - v.segs.len() >= MAX_CHAIN_SEGS {
+                let start = v.segs.len();
+                v.segs.limit_next(MAX_CHAIN_SEGS);
+                let popped = ring.next_chain(false, &mut v.segs);
+                match popped {
+                    Popped::Empty => {
+                        drained = true;
+                        break;
                     }
-                    continue;
+                    Popped::Chain(..) => {
+                        // The header and the start of the frame.
+                        if let Some(seg) = v.segs.as_slice().get(start) {
+                            crate::ring::prefetch_buffer(seg.hva(), seg.len(), false);
+                        }
+                    }
+                    Popped::Bad(..) => v.segs.truncate(start),
                 }
-            };
-            n += 1;
-            if total <= hdr_len {
-                v.counters.drop(DropReason::TooShort);
-            } else if total - hdr_len > max_frame {
-                v.counters.drop(DropReason::TooLong);
-            } else {
-                let segs = v.segs.as_slice();
-                let len = total - hdr_len;
-                let mut hdr = read_hdr(segs, hdr_len);
-                // Drivers must not set DATA_VALID (or RSC_INFO) on TX, and
-                // `num_buffers` means nothing there: a guest cannot make
-                // another guest skip checksum validation.
-                hdr.flags &= net_hdr::F_NEEDS_CSUM;
-                hdr.num_buffers = 0;
-                let mut frame = TxFrame {
-                    hdr,
-                    len,
-                    head: [0; HEAD_LEN],
-                    head_len: len.min(HEAD_LEN),
-                    segs,
-                    data_off: hdr_len,
+                batch[k] = Parsed {
+                    popped,
+                    start: start as u32,
+                    end: v.segs.len() as u32,
                 };
-                copy_from_segs(segs, hdr_len, &mut frame.head[..frame.head_len]);
-                f(&mut frame);
-                v.counters.packets += 1;
-                v.counters.bytes += len as u64;
+                k += 1;
             }
-            ring.push_used(used, 0, false);
+            if k == 0 {
+                break;
+            }
+
+            // Hand the batch's frames out, in order.
+            let all = v.segs.as_slice();
+            for p in &batch[..k] {
+                n += 1;
+                let (used, total) = match p.popped {
+                    Popped::Chain(used, total) => (used, total as usize),
+                    Popped::Bad(used, reason) => {
+                        v.counters.drop(reason);
+                        if let Some(u) = used {
+                            ring.push_used(u, 0, false);
+                        }
+                        continue;
+                    }
+                    Popped::Empty => continue,
+                };
+                if total <= hdr_len {
+                    v.counters.drop(DropReason::TooShort);
+                } else if total - hdr_len > max_frame {
+                    v.counters.drop(DropReason::TooLong);
+                } else {
+                    let segs = &all[p.start as usize..p.end as usize];
+                    let len = total - hdr_len;
+                    let mut frame = TxFrame {
+                        hdr: VirtioNetHdr::default(),
+                        len,
+                        head: [0; HEAD_LEN],
+                        head_len: len.min(HEAD_LEN),
+                        segs,
+                        data_off: hdr_len,
+                    };
+                    store_hdr(&mut frame.hdr, read_hdr(segs, hdr_len).sanitized_tx());
+                    copy_from_segs(segs, hdr_len, &mut frame.head[..frame.head_len]);
+                    f(&mut frame);
+                    v.counters.packets += 1;
+                    v.counters.bytes += len as u64;
+                }
+                ring.push_used(used, 0, false);
+            }
+            if drained {
+                break;
+            }
         }
         v.finish_burst();
         n

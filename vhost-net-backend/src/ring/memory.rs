@@ -239,8 +239,32 @@ impl GuestMemory {
     /// Like [`Self::translate`], but a range may span adjacent regions: calls
     /// `f(hva, len)` for each piece, in order. Returns false (having called
     /// `f` for a prefix only) when part of the range is not mapped.
-    #[inline]
+    ///
+    /// A range inside the hint's region (every buffer but the first, on a
+    /// guest with one large region) is one piece, handled inline; anything
+    /// else takes the out-of-line walk.
+    #[inline(always)]
     pub(crate) fn translate_pieces(
+        &self,
+        gpa: u64,
+        len: u64,
+        hint: &mut usize,
+        mut f: impl FnMut(usize, u32) -> bool,
+    ) -> bool {
+        if let Some(r) = self.regions.get(*hint) {
+            if len > 0 && gpa >= r.gpa && gpa - r.gpa < r.len && len <= r.len - (gpa - r.gpa) {
+                if let Ok(len32) = u32::try_from(len) {
+                    return f(r.hva + (gpa - r.gpa) as usize, len32);
+                }
+            }
+        }
+        self.translate_pieces_walk(gpa, len, hint, f)
+    }
+
+    /// [`Self::translate_pieces`]'s general case: piece by piece, region by
+    /// region.
+    #[inline(never)]
+    fn translate_pieces_walk(
         &self,
         mut gpa: u64,
         mut len: u64,

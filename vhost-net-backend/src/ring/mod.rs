@@ -201,7 +201,7 @@ impl Ring {
 
     /// Writes a used element; `wrote` tells whether the device wrote into
     /// the buffer (RX).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_used(&mut self, u: UsedId, len: u32, wrote: bool) {
         match self {
             Ring::Split(r) => r.push_used(u.id(), len),
@@ -263,11 +263,15 @@ impl Seg {
     }
 }
 
-/// A fixed-capacity list of segments, allocated once per queue.
+/// A fixed-capacity list of segments, allocated once per queue. Several
+/// chains may be appended one after the other, each within a limit of its
+/// own ([`SegVec::limit_next`]).
 #[derive(Debug)]
 pub(crate) struct SegVec {
     segs: Box<[Seg]>,
     len: usize,
+    /// `push` fails at this length (at most the capacity).
+    limit: usize,
 }
 
 impl SegVec {
@@ -275,17 +279,36 @@ impl SegVec {
         Self {
             segs: vec![Seg::default(); cap].into_boxed_slice(),
             len: 0,
+            limit: cap,
         }
     }
 
+    /// Empties the list; the whole capacity is usable again.
     #[inline]
     pub(crate) fn clear(&mut self) {
         self.len = 0;
+        self.limit = self.segs.len();
     }
 
-    /// Appends; false when full.
+    /// Lets at most `n` more segments be appended (fewer when the capacity
+    /// ends first): the room one chain may take when several share the list.
+    #[inline]
+    pub(crate) fn limit_next(&mut self, n: usize) {
+        self.limit = (self.len + n).min(self.segs.len());
+    }
+
+    /// Drops the segments from `len` on (what a refused chain appended).
+    #[inline]
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Appends; false when full (at the capacity or the limit).
     #[inline]
     pub(crate) fn push(&mut self, s: Seg) -> bool {
+        if self.len >= self.limit {
+            return false;
+        }
         match self.segs.get_mut(self.len) {
             Some(slot) => {
                 *slot = s;
@@ -299,6 +322,11 @@ impl SegVec {
     #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    #[inline]
+    pub(crate) fn capacity(&self) -> usize {
+        self.segs.len()
     }
 
     #[inline]
@@ -353,21 +381,59 @@ unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// How many entries ahead of the one being taken a ring warms the
+/// descriptor (split rings; packed rings warm the descriptor line 8 slots
+/// on).
+const DESC_AHEAD: u16 = 8;
+
+/// How many entries ahead an RX ring warms the buffer: far enough that its
+/// descriptor, warmed [`DESC_AHEAD`] entries ahead, has arrived, and that
+/// the buffer's lines arrive before the frames between are written.
+const BUF_AHEAD: u16 = 3;
+
+/// Warms the first two lines of a buffer of `len` bytes at `hva`: a small
+/// frame and its virtio-net header, which cross a line boundary wherever
+/// the driver puts the buffer (virtio-user puts the header in the line
+/// before the frame).
+#[inline(always)]
+pub(crate) fn prefetch_buffer(hva: usize, len: u32, write: bool) {
+    prefetch(hva, write);
+    if len > 64 {
+        prefetch(hva + 64, write);
+    }
+}
+
 /// Asks the CPU to bring the cache line at `addr` in (for writing when
 /// `write`). A hint: it never faults, whatever the address.
+///
+/// For writing this is `PREFETCHW`, written out: `_mm_prefetch` with the
+/// write hint compiles to a plain read prefetch unless the build enables
+/// the `prfchw` target feature, and a line fetched for reading from the
+/// core that wrote it arrives shared, so the store into it still waits in
+/// the store buffer for the other copy to be invalidated (one more
+/// round trip between the cores, behind which every later store queues).
+/// `PREFETCHW` has been on every x86-64 CPU from AMD, and on Intel's since
+/// Broadwell; older ones decode it as a no-op.
 #[inline(always)]
 pub(crate) fn prefetch(addr: usize, write: bool) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
-        // SAFETY: a prefetch does not access memory architecturally: it
-        // cannot fault or change what any load returns, for any address.
-        unsafe {
-            if write {
-                _mm_prefetch::<_MM_HINT_ET0>(addr as *const i8);
-            } else {
-                _mm_prefetch::<_MM_HINT_T0>(addr as *const i8);
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        if write {
+            // SAFETY: a prefetch does not access memory architecturally: it
+            // cannot fault or change what any load returns, for any address;
+            // it touches no register but its operand, nor the flags or the
+            // stack.
+            unsafe {
+                std::arch::asm!(
+                    "prefetchw [{0}]",
+                    in(reg) addr,
+                    options(nostack, preserves_flags, readonly)
+                );
             }
+        } else {
+            // SAFETY: as above.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -439,6 +505,34 @@ pub(crate) fn copy_from_segs(segs: &[Seg], mut offset: usize, dst: &mut [u8]) ->
     done
 }
 
+/// Stores `h` into `dst` as one 8-byte and one 4-byte store. A header built
+/// field by field is stored field by field, and a copy of it read back as
+/// words soon after cannot be forwarded from those stores: the load then
+/// waits until every older store has left the store buffer, including
+/// stores into guest lines still on their way from the driver's core.
+/// Words stored as words forward to any load within them.
+#[inline(always)]
+pub(crate) fn store_hdr(dst: &mut VirtioNetHdr, h: VirtioNetHdr) {
+    #[cfg(target_endian = "little")]
+    {
+        let (lo, hi) = h.to_words();
+        let p = (dst as *mut VirtioNetHdr).cast::<u8>();
+        // SAFETY: `VirtioNetHdr` is `repr(C)`: 12 bytes of integer fields in
+        // wire order, so on a little-endian machine its bytes are those of
+        // `to_words`'s two words stored natively (and any bytes are a valid
+        // value); `dst` is a unique reference to those 12 writable bytes;
+        // the writes tolerate any alignment.
+        unsafe {
+            std::ptr::write_unaligned(p.cast::<u64>(), lo);
+            std::ptr::write_unaligned(p.add(8).cast::<u32>(), hi);
+        }
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        *dst = h;
+    }
+}
+
 /// Reads a virtio-net header (`len` = 10 or 12 bytes) from the start of
 /// `segs`: two loads when the first buffer holds it whole (the common
 /// layout), a byte copy otherwise. Missing bytes read as zero.
@@ -487,14 +581,41 @@ impl<'a> SegWriter<'a> {
     }
 
     /// Copies `len` bytes from host address `src`. Returns the bytes copied
-    /// (fewer when the buffers are full).
+    /// (fewer when the buffers are full). Bytes that fit in the current
+    /// buffer (a frame in one RX buffer) are copied inline; the rest takes
+    /// the out-of-line walk over the buffers.
     ///
     /// # Safety
     /// `src..src + len` must be readable for the duration of the call: a
     /// host slice, or a guest buffer checked by the ring parser whose memory
     /// snapshot is alive.
-    #[inline]
-    unsafe fn write_raw(&mut self, mut src: usize, mut len: usize) -> usize {
+    #[inline(always)]
+    unsafe fn write_raw(&mut self, src: usize, len: usize) -> usize {
+        if let Some(s) = self.segs.get(self.idx) {
+            if s.len() as usize - self.off >= len {
+                // SAFETY: the destination is a checked guest buffer (module
+                // invariant) with `off + len <= s.len()`; the source is
+                // readable for `len` bytes per this function's contract.
+                // `copy_bytes` tolerates overlap (a hostile guest may make
+                // a TX buffer alias an RX buffer).
+                unsafe {
+                    copy_bytes((s.hva() + self.off) as *mut u8, src as *const u8, len);
+                }
+                self.off += len;
+                self.written += len;
+                return len;
+            }
+        }
+        // SAFETY: this function's own contract.
+        unsafe { self.write_raw_walk(src, len) }
+    }
+
+    /// [`Self::write_raw`]'s general case, buffer by buffer.
+    ///
+    /// # Safety
+    /// As for [`Self::write_raw`].
+    #[inline(never)]
+    unsafe fn write_raw_walk(&mut self, mut src: usize, mut len: usize) -> usize {
         let start = self.written;
         while len > 0 {
             let Some(s) = self.segs.get(self.idx) else {

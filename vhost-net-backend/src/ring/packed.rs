@@ -367,21 +367,27 @@ impl PackedRing {
 
     /// Warms the cache for what follows, so that the misses on lines the
     /// driver's core wrote overlap instead of queueing one frame at a time:
-    /// the descriptor line two lines on (four descriptors a line), and the
-    /// buffer of the next descriptor when it is available. A hint only:
-    /// the next descriptor is read without ordering, a bad address is
-    /// skipped here and refused by `next_chain` as usual.
+    /// the descriptor line two lines on (four descriptors a line) and, for
+    /// RX, the first two lines of the buffer [`BUF_AHEAD`](super::BUF_AHEAD)
+    /// slots on when it is available, asked for writing (why: the split
+    /// ring's `prefetch_ahead`; TX buffers are warmed by the burst that
+    /// parses them). A hint only: that descriptor is read without
+    /// ordering, a bad address is skipped here and refused by `next_chain`
+    /// as usual.
     #[inline(always)]
     fn prefetch_ahead(&self, writable: bool) {
-        let (ahead, size) = (usize::from(self.next_avail) + 8, usize::from(self.size));
+        let (next, size) = (usize::from(self.next_avail), usize::from(self.size));
         // No division per frame: only past the ring's end (any size).
-        let ahead = if ahead < size { ahead } else { ahead % size };
-        super::prefetch(self.desc + 16 * ahead, false);
-        let d = self.read_desc_at(self.desc, usize::from(self.next_avail));
-        if self.is_avail(d.flags) && d.flags & DESC_F_INDIRECT == 0 {
-            let mut hint = self.hint;
-            if let Some(hva) = self.mem.translate(d.addr, 1, &mut hint) {
-                super::prefetch(hva, writable);
+        let wrap = |i: usize| if i < size { i } else { i % size };
+        // Asked for writing: the used descriptors go into these lines.
+        super::prefetch(self.desc + 16 * wrap(next + 8), true);
+        if writable {
+            let d = self.read_desc_at(self.desc, wrap(next + usize::from(super::BUF_AHEAD)));
+            if self.is_avail(d.flags) && d.flags & DESC_F_INDIRECT == 0 {
+                let mut hint = self.hint;
+                if let Some(hva) = self.mem.translate(d.addr, 1, &mut hint) {
+                    super::prefetch_buffer(hva, d.len, true);
+                }
             }
         }
     }

@@ -256,27 +256,35 @@ impl SplitRing {
 
     /// Warms the cache for the chains that follow, so that the misses on
     /// lines the driver's core wrote overlap instead of queueing one frame
-    /// at a time: the descriptor two entries on, and the first buffer of
-    /// the next entry (whose descriptor was warmed two frames ago). Reads
-    /// only what the last `avail.idx` read made available; a bad index or
-    /// address is skipped here and refused by `parse_chain` as usual.
+    /// at a time: the descriptor [`DESC_AHEAD`](super::DESC_AHEAD) entries
+    /// on and, for RX, the first two lines of the buffer
+    /// [`BUF_AHEAD`](super::BUF_AHEAD) entries on (whose descriptor was
+    /// warmed frames ago), asked for writing. A store into a line the core
+    /// does not own waits in the store buffer until the line arrives, and a
+    /// later load that must wait for the store buffer (a fence, a store
+    /// forwarding miss) then waits for all of them: asked for early, the
+    /// lines are there when the frame is written. TX buffers are warmed by
+    /// the burst that parses them ([`crate::queue::TxQueue::recv_burst`]).
+    /// Reads only what the last `avail.idx` read made available; a bad
+    /// index or address is skipped here and refused by `parse_chain` as
+    /// usual.
     #[inline(always)]
     fn prefetch_ahead(&self, writable: bool) {
         let pending = self.cached_avail();
-        if pending > 2 {
-            let head = self.avail_slot(self.next_avail + Wrapping(2));
+        if pending > super::DESC_AHEAD {
+            let head = self.avail_slot(self.next_avail + Wrapping(super::DESC_AHEAD));
             if head < self.size {
                 super::prefetch(self.desc + 16 * usize::from(head), false);
             }
         }
-        if pending > 0 {
-            let head = self.avail_slot(self.next_avail);
+        if writable && pending > super::BUF_AHEAD {
+            let head = self.avail_slot(self.next_avail + Wrapping(super::BUF_AHEAD));
             if head < self.size {
                 let d = self.read_desc(self.desc, head);
                 if d.flags & DESC_F_INDIRECT == 0 {
                     let mut hint = self.hint;
                     if let Some(hva) = self.mem.translate(d.addr, 1, &mut hint) {
-                        super::prefetch(hva, writable);
+                        super::prefetch_buffer(hva, d.len, true);
                     }
                 }
             }
@@ -466,11 +474,19 @@ impl SplitRing {
         u32::try_from(total).map_err(|_| DropReason::BadDescriptor)
     }
 
-    /// Writes a used element (not yet visible to the driver).
+    /// Writes a used element (not yet visible to the driver), and asks for
+    /// the used line two lines on for writing: the driver read that line
+    /// a lap ago (RX lengths), and a store into a line shared with another
+    /// core waits in the store buffer for it.
     #[inline]
     pub(crate) fn push_used(&mut self, id: u16, len: u32) {
-        let slot = usize::from(self.next_used.0 & (self.size - 1));
+        let mask = self.size - 1;
+        let slot = usize::from(self.next_used.0 & mask);
         let p = self.used + 4 + 8 * slot;
+        super::prefetch(
+            self.used + 4 + 8 * usize::from((self.next_used.0 + 16) & mask),
+            true,
+        );
         // SAFETY: `slot < size`, so `p..p+8` lies in the used area (mapped,
         // kept alive by `self.mem`) and is 4-aligned.
         unsafe {
