@@ -1119,13 +1119,14 @@ fn main() -> ExitCode {
                     continue;
                 }
                 let cyc = bench::median(&v.iter().map(|s| s.cycles.per_frame).collect::<Vec<_>>());
+                // No cross-connect run had this placement: nothing to compare.
                 let ratio = if x.is_empty() {
-                    f64::NAN
+                    "-".to_owned()
                 } else {
-                    mpps(&v) / mpps(&x)
+                    format!("{:.2}", mpps(&v) / mpps(&x))
                 };
                 println!(
-                    "| {size} B | {place} | {} | {} | {:.2} | {cyc:.1} | {ratio:.2} |",
+                    "| {size} B | {place} | {} | {} | {:.2} | {cyc:.1} | {ratio} |",
                     k.name(),
                     v.len(),
                     mpps(&v)
