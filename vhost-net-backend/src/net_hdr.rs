@@ -32,10 +32,9 @@ pub const MAX_HDR_LEN: usize = 12;
 /// mergeable frame spans) and is ignored on TX.
 ///
 /// Laid out in memory as on the wire (`repr(C)`, fields in wire order), so
-/// that a header built from its two words ([`Self::from_words`]) is stored
-/// as one 8-byte and one 4-byte store and a copy of it loads the same two
-/// words: a copy read back right after being stored field by field in
-/// another order stalls store forwarding on the hot path.
+/// that the ring engine can store a header as its two words (the TX path
+/// does: a copy read back as words right after being stored field by
+/// field stalls store forwarding on the hot path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
 pub struct VirtioNetHdr {
@@ -126,8 +125,7 @@ impl VirtioNetHdr {
     /// The header as a driver may send it on TX: only `NEEDS_CSUM` kept of
     /// the flags (drivers must not set `DATA_VALID` or `RSC_INFO` on TX, and
     /// a guest cannot make another guest skip checksum validation) and
-    /// `num_buffers` cleared (it means nothing on TX). Done on the two
-    /// words, so the result is built, and stored, as two words.
+    /// `num_buffers` cleared (it means nothing on TX).
     #[must_use]
     #[inline]
     pub const fn sanitized_tx(&self) -> Self {

@@ -226,6 +226,7 @@ impl TxQueue {
                         }
                         continue;
                     }
+                    // Never stored: the parse stops at the first.
                     Popped::Empty => continue,
                 };
                 if total <= hdr_len {

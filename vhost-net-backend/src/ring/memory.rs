@@ -240,9 +240,9 @@ impl GuestMemory {
     /// `f(hva, len)` for each piece, in order. Returns false (having called
     /// `f` for a prefix only) when part of the range is not mapped.
     ///
-    /// A range inside the hint's region (every buffer but the first, on a
-    /// guest with one large region) is one piece, handled inline; anything
-    /// else takes the out-of-line walk.
+    /// A range inside one region (every buffer, on a guest with one large
+    /// region) is one piece, handled inline by [`Self::translate`]; a range
+    /// spanning regions takes the out-of-line walk.
     #[inline(always)]
     pub(crate) fn translate_pieces(
         &self,
@@ -251,11 +251,9 @@ impl GuestMemory {
         hint: &mut usize,
         mut f: impl FnMut(usize, u32) -> bool,
     ) -> bool {
-        if let Some(r) = self.regions.get(*hint) {
-            if len > 0 && gpa >= r.gpa && gpa - r.gpa < r.len && len <= r.len - (gpa - r.gpa) {
-                if let Ok(len32) = u32::try_from(len) {
-                    return f(r.hva + (gpa - r.gpa) as usize, len32);
-                }
+        if let (true, Ok(len32)) = (len > 0, u32::try_from(len)) {
+            if let Some(hva) = self.translate(gpa, len, hint) {
+                return f(hva, len32);
             }
         }
         self.translate_pieces_walk(gpa, len, hint, f)

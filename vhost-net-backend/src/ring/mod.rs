@@ -381,9 +381,8 @@ unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
-/// How many entries ahead of the one being taken a ring warms the
-/// descriptor (split rings; packed rings warm the descriptor line 8 slots
-/// on).
+/// How many entries (split rings) or slots (packed rings) ahead of the one
+/// being taken a ring warms the descriptor.
 const DESC_AHEAD: u16 = 8;
 
 /// How many entries ahead an RX ring warms the buffer: far enough that its

@@ -380,7 +380,10 @@ impl PackedRing {
         // No division per frame: only past the ring's end (any size).
         let wrap = |i: usize| if i < size { i } else { i % size };
         // Asked for writing: the used descriptors go into these lines.
-        super::prefetch(self.desc + 16 * wrap(next + 8), true);
+        super::prefetch(
+            self.desc + 16 * wrap(next + usize::from(super::DESC_AHEAD)),
+            true,
+        );
         if writable {
             let d = self.read_desc_at(self.desc, wrap(next + usize::from(super::BUF_AHEAD)));
             if self.is_avail(d.flags) && d.flags & DESC_F_INDIRECT == 0 {
