@@ -67,6 +67,12 @@ const USED: u16 = 1 << 15;
 const TX_SEG_CAP: usize = 256;
 const RX_SEG_CAP: usize = 1024;
 
+/// Chains one TX batch takes at most (`queue::tx::TX_BATCH`), and the
+/// segments its list holds (`queue::tx::TX_BATCH_SEGS`: a chain is taken
+/// only while a whole chain's worth of room is left).
+const TX_BATCH: usize = 32;
+const TX_BATCH_SEGS: usize = 2 * TX_SEG_CAP;
+
 /// Most operations decoded from one input.
 const MAX_OPS: usize = 48;
 
@@ -993,7 +999,12 @@ impl Dev {
         self.publish(m);
     }
 
-    /// `TxQueue::recv_burst`.
+    /// `TxQueue::recv_burst`: chains are taken in batches (up to
+    /// `TX_BATCH`, and while the batch's segment list has room for a whole
+    /// chain), every chain of a batch is parsed before any of its frames is
+    /// handed out or returned. The order is observable: a hostile driver
+    /// can make a later chain read a slot (or an indirect table) that an
+    /// earlier chain's used entry overwrites.
     fn recv_burst(
         &mut self,
         m: &mut Mem,
@@ -1004,52 +1015,77 @@ impl Dev {
         self.sync(m, c);
         let mut n = 0;
         let mut frames = Vec::new();
-        let mut segs = Segs::new(false);
         while n < max {
-            segs.0.clear();
-            let (id, ndesc, total) = match self.next_chain(m, c, &mut segs) {
-                Pop::Empty => break,
-                Pop::Chain { id, ndesc, len } => (id, ndesc, len as usize),
-                Pop::Bad(used, r) => {
-                    n += 1;
-                    self.drop_frame(r);
-                    if let Some((id, nd)) = used {
-                        self.push_used(m, id, nd, 0);
+            let want = (max - n).min(TX_BATCH);
+            let mut batch: Vec<(Pop, Segs)> = Vec::new();
+            let mut batch_segs = 0;
+            let mut drained = false;
+            while batch.len() < want && TX_BATCH_SEGS - batch_segs >= TX_SEG_CAP {
+                let mut segs = Segs::new(false);
+                let pop = self.next_chain(m, c, &mut segs);
+                match pop {
+                    Pop::Empty => {
+                        drained = true;
+                        break;
                     }
-                    continue;
+                    Pop::Chain { .. } => batch_segs += segs.0.len(),
+                    // A refused chain's segments are dropped from the list.
+                    Pop::Bad(..) => {}
                 }
-            };
-            n += 1;
-            if total <= c.hdr_len {
-                self.drop_frame(DropReason::TooShort);
-            } else if total - c.hdr_len > MAX_FRAME_LEN {
-                self.drop_frame(DropReason::TooLong);
-            } else {
-                let stream = gather(m, &segs.0);
-                assert_eq!(stream.len(), total);
-                let mut hb = [0u8; MAX_HDR_LEN];
-                hb[..c.hdr_len].copy_from_slice(&stream[..c.hdr_len]);
-                let len = total - c.hdr_len;
-                let bytes = stream[c.hdr_len..].to_vec();
-                // TX headers are sanitised: only NEEDS_CSUM is kept of the
-                // flags, num_buffers is cleared.
-                let mut hdr = VirtioNetHdr::from_bytes(&hb, c.hdr_len);
-                hdr.flags &= net_hdr::F_NEEDS_CSUM;
-                hdr.num_buffers = 0;
-                let f = FrameModel {
-                    hdr,
-                    len,
-                    head: bytes[..len.min(HEAD_LEN)].to_vec(),
-                    bytes,
-                    segs: segs.0.clone(),
-                };
-                on_frame(m, &f);
-                frames.push(f);
-                self.counters.packets += 1;
-                self.counters.bytes += len as u64;
+                batch.push((pop, segs));
             }
-            // TX buffers go back with length 0.
-            self.push_used(m, id, ndesc, 0);
+            if batch.is_empty() {
+                break;
+            }
+            for (pop, segs) in batch {
+                n += 1;
+                let (id, ndesc, total) = match pop {
+                    Pop::Empty => unreachable!("the batch stops at the first Empty"),
+                    Pop::Chain { id, ndesc, len } => (id, ndesc, len as usize),
+                    Pop::Bad(used, r) => {
+                        self.drop_frame(r);
+                        if let Some((id, nd)) = used {
+                            self.push_used(m, id, nd, 0);
+                        }
+                        continue;
+                    }
+                };
+                if total <= c.hdr_len {
+                    self.drop_frame(DropReason::TooShort);
+                } else if total - c.hdr_len > MAX_FRAME_LEN {
+                    self.drop_frame(DropReason::TooLong);
+                } else {
+                    // The bytes as they are at hand-out time (an earlier
+                    // chain's used entry may have changed them).
+                    let stream = gather(m, &segs.0);
+                    assert_eq!(stream.len(), total);
+                    let mut hb = [0u8; MAX_HDR_LEN];
+                    hb[..c.hdr_len].copy_from_slice(&stream[..c.hdr_len]);
+                    let len = total - c.hdr_len;
+                    let bytes = stream[c.hdr_len..].to_vec();
+                    // TX headers are sanitised: only NEEDS_CSUM is kept of
+                    // the flags, num_buffers is cleared.
+                    let mut hdr = VirtioNetHdr::from_bytes(&hb, c.hdr_len);
+                    hdr.flags &= net_hdr::F_NEEDS_CSUM;
+                    hdr.num_buffers = 0;
+                    let f = FrameModel {
+                        hdr,
+                        len,
+                        head: bytes[..len.min(HEAD_LEN)].to_vec(),
+                        bytes,
+                        segs: segs.0,
+                    };
+                    on_frame(m, &f);
+                    frames.push(f);
+                    self.counters.packets += 1;
+                    self.counters.bytes += len as u64;
+                }
+                // TX buffers go back with length 0.
+                self.push_used(m, id, ndesc, 0);
+            }
+            if drained {
+                break;
+            }
         }
         self.finish_burst(m);
         (n, frames)

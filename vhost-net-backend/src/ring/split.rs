@@ -484,7 +484,7 @@ impl SplitRing {
         let slot = usize::from(self.next_used.0 & mask);
         let p = self.used + 4 + 8 * slot;
         super::prefetch(
-            self.used + 4 + 8 * usize::from((self.next_used.0 + 16) & mask),
+            self.used + 4 + 8 * usize::from(self.next_used.0.wrapping_add(16) & mask),
             true,
         );
         // SAFETY: `slot < size`, so `p..p+8` lies in the used area (mapped,

@@ -543,3 +543,51 @@ fn a_stale_base_starts_at_the_used_index() {
         super::Ring::new(Arc::clone(&g.mem), layout, 5, Negotiated::new(0)).expect("valid ring");
     assert_eq!(r.base(), 5);
 }
+
+/// The used index runs through 65535 and on: every entry lands in its
+/// slot, the published index wraps, and nothing on the way (the used line
+/// warmed 16 entries on) overflows.
+#[test]
+fn the_used_index_wraps_at_65536() {
+    let g = Guest::new();
+    let start = u16::MAX - 5;
+    g.write(USED + 2, &start.to_le_bytes());
+    for i in 0..N {
+        g.desc(i, DATA + 64 * u64::from(i), 64, 0, 0);
+    }
+    let heads: Vec<u16> = (0..12).collect();
+    g.avail(start, &heads);
+    let layout = super::Layout::Split(SplitLayout {
+        desc: DESC,
+        avail: AVAIL,
+        used: USED,
+        size: N,
+    });
+    let mut r = super::Ring::new(
+        Arc::clone(&g.mem),
+        layout,
+        u32::from(start),
+        Negotiated::new(0),
+    )
+    .expect("valid ring");
+    assert_eq!(r.count_avail(64), 12);
+    let mut segs = SegVec::with_capacity(super::MAX_CHAIN_SEGS);
+    for k in 0..12u16 {
+        segs.clear();
+        let super::Popped::Chain(used, len) = r.next_chain(false, &mut segs) else {
+            panic!("chain {k} not taken");
+        };
+        assert_eq!(len, 64);
+        r.push_used(used, 0, false);
+    }
+    assert!(r.publish_used());
+    assert_eq!(g.used_idx(), start.wrapping_add(12));
+    assert_eq!(g.used_idx(), 6);
+    for k in 0..12u16 {
+        assert_eq!(
+            g.used_elem(start.wrapping_add(k)),
+            (u32::from(k), 0),
+            "entry {k}"
+        );
+    }
+}
