@@ -584,6 +584,7 @@ impl Pmd {
                 usize::MAX,
                 &VirtioNetHdr::default(),
                 frame,
+                frame.len(),
                 &frame,
             );
             add_drops(&src.counters.tx_drops, &ctx.drops);
@@ -715,7 +716,14 @@ impl Pmd {
                     if let Some(c) = &capture {
                         c.offer(Direction::Inbound, frame.len(), |b| frame.copy_to(0, b));
                     }
-                    ctx.frame(ingress, max_frame, frame.hdr(), frame.head(), frame);
+                    ctx.frame(
+                        ingress,
+                        max_frame,
+                        frame.hdr(),
+                        frame.head(),
+                        frame.len(),
+                        frame,
+                    );
                 }),
                 None => {
                     let mut q = src.queue(*queue);
@@ -730,7 +738,7 @@ impl Pmd {
                                 k
                             });
                         }
-                        ctx.frame(ingress, max_frame, hdr, bytes, &bytes);
+                        ctx.frame(ingress, max_frame, hdr, bytes, bytes.len(), &bytes);
                     });
                     // Flushed before the uplink's own lock goes.
                     ctx.release();
@@ -882,7 +890,8 @@ impl<'a> Burst<'a> {
         }
     }
 
-    /// Decides on one frame and delivers it.
+    /// Decides on one frame (`len` bytes: `frame.frame_len()`, known to
+    /// the caller without a call through the trait object) and delivers it.
     #[inline]
     fn frame(
         &mut self,
@@ -890,11 +899,12 @@ impl<'a> Burst<'a> {
         max_frame: usize,
         hdr: &VirtioNetHdr,
         head: &[u8],
+        len: usize,
         frame: &dyn FrameSource,
     ) {
         // A super-frame (GSO) is bounded by its segment size, not the MTU
         // (as the library's own guest-TX check does when TSO is offered).
-        if !hdr.is_gso() && frame.frame_len() > max_frame {
+        if !hdr.is_gso() && len > max_frame {
             self.drops.add(DropReason::TooLong, 1);
             return;
         }
@@ -906,7 +916,7 @@ impl<'a> Burst<'a> {
                     // Counted per frame, as a fresh decision would.
                     self.fdb.count_static_conflict();
                 }
-                self.dispatch(d.verdict, d.tci, hdr, head, frame);
+                self.dispatch(d.verdict, d.tci, hdr, head, len, frame);
                 return;
             }
         }
@@ -921,7 +931,7 @@ impl<'a> Burst<'a> {
         // decided in between (stacked tags) may have noted its source for
         // learning, which a later frame's hairpin check has to see.
         self.recent = key.map(|key| Recent { key, decided: d });
-        self.dispatch(d.verdict, d.tci, hdr, head, frame);
+        self.dispatch(d.verdict, d.tci, hdr, head, len, frame);
     }
 
     /// The decision on a frame's head, and its outer 802.1Q TCI; the source
@@ -977,18 +987,19 @@ impl<'a> Burst<'a> {
         tci: Option<u16>,
         hdr: &VirtioNetHdr,
         head: &[u8],
+        len: usize,
         frame: &dyn FrameSource,
     ) {
         match verdict {
             Verdict::Forward { port, vlan } => {
-                if !self.deliver(port, vlan, tci, hdr, head, frame) {
+                if !self.deliver(port, vlan, tci, hdr, head, len, frame) {
                     self.drops.add(DropReason::VlanDenied, 1);
                 }
             }
             Verdict::Flood { vlan } => {
                 let mut member = false;
                 for j in 0..self.ports.len() as PortId {
-                    if j != self.src_id && self.deliver(j, vlan, tci, hdr, head, frame) {
+                    if j != self.src_id && self.deliver(j, vlan, tci, hdr, head, len, frame) {
                         member = true;
                     }
                 }
@@ -1004,6 +1015,7 @@ impl<'a> Burst<'a> {
     /// Pushes one frame into port `dst` (if it is a member of `vlan`), with
     /// its tag edited for that port. Returns whether the port is a member.
     #[inline]
+    #[allow(clippy::too_many_arguments)] // one frame's facts, passed down
     fn deliver(
         &mut self,
         dst: PortId,
@@ -1011,6 +1023,7 @@ impl<'a> Burst<'a> {
         tci: Option<u16>,
         hdr: &VirtioNetHdr,
         head: &[u8],
+        len: usize,
         frame: &dyn FrameSource,
     ) -> bool {
         let ports: &'a [Option<Arc<PortDp>>] = self.ports;
@@ -1025,12 +1038,12 @@ impl<'a> Burst<'a> {
         let mut lead = [0u8; 16];
         lead[..12].copy_from_slice(&head[..12]);
         let spliced;
-        let (src, h): (&dyn FrameSource, VirtioNetHdr) = match edit {
-            TagEdit::Keep => (frame, *hdr),
+        let (src, h, len): (&dyn FrameSource, VirtioNetHdr, usize) = match edit {
+            TagEdit::Keep => (frame, *hdr, len),
             TagEdit::Pop => {
                 spliced = Spliced::new(&lead[..12], frame, 12 + VLAN_HLEN);
                 match &spliced {
-                    Some(s) => (s, hdr.shifted(-(VLAN_HLEN as i16))),
+                    Some(s) => (s, hdr.shifted(-(VLAN_HLEN as i16)), s.frame_len()),
                     None => return true,
                 }
             }
@@ -1043,18 +1056,18 @@ impl<'a> Burst<'a> {
                 };
                 spliced = Spliced::new(&lead, frame, from);
                 match &spliced {
-                    Some(s) => (s, hdr.shifted(shift)),
+                    Some(s) => (s, hdr.shifted(shift), s.frame_len()),
                     None => return true,
                 }
             }
         };
-        if !h.is_gso() && src.frame_len() > d.max_frame {
+        if !h.is_gso() && len > d.max_frame {
             d.counters.rx_drops[DropReason::TooLong as usize].fetch_add(1, Ordering::Relaxed);
             return true;
         }
         if d.capture.on() {
             let s = src;
-            d.capture.offer(Direction::Outbound, s.frame_len(), |b| {
+            d.capture.offer(Direction::Outbound, len, |b| {
                 vhost_net_backend::copy_frame(s, b)
             });
         }
@@ -1095,27 +1108,32 @@ impl<'a> Burst<'a> {
             .position(|h| h.port == d.id && h.queue == q)
         {
             Some(i) => i,
-            None => {
-                if self.held.is_full() {
-                    self.release();
-                }
-                let m = &d.queues[q];
-                let guard = match m.try_lock() {
-                    Ok(g) => g,
-                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                    Err(TryLockError::WouldBlock) => {
-                        self.release();
-                        m.lock().unwrap_or_else(|p| p.into_inner())
-                    }
-                };
-                self.held.push(Held {
-                    port: d.id,
-                    queue: q,
-                    guard,
-                });
-                self.held.len() - 1
-            }
+            None => self.lock(d, q),
         }
+    }
+
+    /// [`Self::hold`] for a queue the burst does not hold yet: once per
+    /// destination and burst, so out of line.
+    #[inline(never)]
+    fn lock(&mut self, d: &'a PortDp, q: usize) -> usize {
+        if self.held.is_full() {
+            self.release();
+        }
+        let m = &d.queues[q];
+        let guard = match m.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                self.release();
+                m.lock().unwrap_or_else(|p| p.into_inner())
+            }
+        };
+        self.held.push(Held {
+            port: d.id,
+            queue: q,
+            guard,
+        });
+        self.held.len() - 1
     }
 
     /// Flushes and unlocks every destination queue held.

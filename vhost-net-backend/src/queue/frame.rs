@@ -39,6 +39,7 @@ impl<'w, 'a> FrameWriter<'w, 'a> {
     }
 
     /// Appends bytes; returns how many fit.
+    #[inline]
     pub fn write(&mut self, bytes: &[u8]) -> usize {
         match &mut self.sink {
             Target::Guest(w) => w.write(bytes),
@@ -52,6 +53,7 @@ impl<'w, 'a> FrameWriter<'w, 'a> {
     }
 
     /// Appends `len` bytes of guest buffers `segs` from `offset`.
+    #[inline]
     pub(super) fn write_from_segs(&mut self, segs: &[Seg], offset: usize, len: usize) -> usize {
         match &mut self.sink {
             Target::Guest(w) => w.write_from_segs(segs, offset, len),
@@ -66,6 +68,7 @@ impl<'w, 'a> FrameWriter<'w, 'a> {
 
     /// Bytes written so far through this writer (host sinks only count
     /// their own; guest sinks include the virtio-net header).
+    #[inline]
     pub fn written(&self) -> usize {
         match &self.sink {
             Target::Guest(w) => w.written(),

@@ -208,8 +208,25 @@ impl GuestMemory {
     ///
     /// `hint` is the region index that satisfied the previous lookup; it is
     /// updated on success.
-    #[inline]
+    ///
+    /// The hinted region is tried inline (every buffer of a guest with one
+    /// large region); any other lookup is a call.
+    #[inline(always)]
     pub(crate) fn translate(&self, gpa: u64, len: u64, hint: &mut usize) -> Option<usize> {
+        if let Some(r) = self.regions.get(*hint) {
+            let off = gpa.wrapping_sub(r.gpa);
+            if gpa >= r.gpa && off < r.len && len <= r.len - off {
+                // Invariant: off < r.len <= isize::MAX (the mapping
+                // exists), so the sum cannot overflow.
+                return Some(r.hva + off as usize);
+            }
+        }
+        self.translate_found(gpa, len, hint)
+    }
+
+    /// [`Self::translate`] past its hint.
+    #[inline(never)]
+    fn translate_found(&self, gpa: u64, len: u64, hint: &mut usize) -> Option<usize> {
         let i = self.find(gpa, *hint)?;
         let r = &self.regions[i];
         let off = gpa - r.gpa;

@@ -229,8 +229,19 @@ pub(crate) mod tests {
         assert_eq!((before.as_str(), after.as_str()), ("---p", "---p"));
         let (rb, rl) = m.reservation();
         assert!(rb < a && b < rb + rl);
+        // Gone with the map: no mapping of the file is left (checked by
+        // inode: another test's thread may map the freed addresses).
+        let ino = std::os::unix::fs::MetadataExt::ino(&f.metadata().unwrap());
+        assert!(maps_inode(ino));
         drop(m);
-        assert!(protection_at(start).is_none_or(|(_, a2, _)| a2 != a));
+        assert!(!maps_inode(ino), "the file is still mapped");
+    }
+
+    /// Whether any mapping of this process is of inode `ino`.
+    fn maps_inode(ino: u64) -> bool {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .any(|l| l.split_whitespace().nth(4) == Some(ino.to_string().as_str()))
     }
 
     #[test]
