@@ -1083,10 +1083,21 @@ fn main() -> ExitCode {
     for &size in &a.sizes {
         let m = |k| medians(&samples, k, size, |s| s.t.mpps());
         let ((v, vr), (x, xr), (o, or)) = (m(Kind::Vhu), m(Kind::XConnect), m(Kind::Ovs));
+        // A switch left out of the runs (`--switches`) has no figure: "-".
+        let fig = |f: f64| {
+            if f.is_finite() {
+                format!("{f:.2}")
+            } else {
+                "-".to_owned()
+            }
+        };
         println!(
-            "| {size} B | {v:.2} | {x:.2} | {o:.2} | {:.2} | {:.2} | {} | {} | {} |",
-            v / x,
-            v / o,
+            "| {size} B | {} | {} | {} | {} | {} | {} | {} | {} |",
+            fig(v),
+            fig(x),
+            fig(o),
+            fig(v / x),
+            fig(v / o),
             bench::runs(&vr, 2),
             bench::runs(&xr, 2),
             bench::runs(&or, 2)
