@@ -1034,13 +1034,14 @@ impl<'a> Burst<'a> {
         let Some(edit) = TagEdit::between(tci, egress) else {
             return false;
         };
-        // The edited frame: still one copy, from the source's buffers.
-        let mut lead = [0u8; 16];
-        lead[..12].copy_from_slice(&head[..12]);
+        // The edited frame: still one copy, from the source's buffers. Its
+        // new first bytes are built only for an edit.
+        let lead;
         let spliced;
         let (src, h, len): (&dyn FrameSource, VirtioNetHdr, usize) = match edit {
             TagEdit::Keep => (frame, *hdr, len),
             TagEdit::Pop => {
+                lead = edit_lead(head, None);
                 spliced = Spliced::new(&lead[..12], frame, 12 + VLAN_HLEN);
                 match &spliced {
                     Some(s) => (s, hdr.shifted(-(VLAN_HLEN as i16)), s.frame_len()),
@@ -1048,8 +1049,7 @@ impl<'a> Burst<'a> {
                 }
             }
             TagEdit::Push(t) | TagEdit::Rewrite(t) => {
-                lead[12..14].copy_from_slice(&ETH_P_8021Q.to_be_bytes());
-                lead[14..16].copy_from_slice(&t.to_be_bytes());
+                lead = edit_lead(head, Some(t));
                 let (from, shift) = match edit {
                     TagEdit::Push(_) => (12, VLAN_HLEN as i16),
                     _ => (12 + VLAN_HLEN, 0),
@@ -1151,6 +1151,20 @@ impl<'a> Burst<'a> {
             }
         }
     }
+}
+
+/// The bytes a tag edit puts before the rest of a frame: its addresses
+/// (the head's first 12 bytes), then the new 802.1Q tag with TCI `tci`, if
+/// any.
+#[inline]
+fn edit_lead(head: &[u8], tci: Option<u16>) -> [u8; 16] {
+    let mut lead = [0u8; 16];
+    lead[..12].copy_from_slice(&head[..12]);
+    if let Some(t) = tci {
+        lead[12..14].copy_from_slice(&ETH_P_8021Q.to_be_bytes());
+        lead[14..16].copy_from_slice(&t.to_be_bytes());
+    }
+    lead
 }
 
 /// The queue a frame goes to on a multiqueue port: a hash of its

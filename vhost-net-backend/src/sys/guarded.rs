@@ -240,8 +240,9 @@ pub(crate) mod tests {
     /// Whether any mapping of this process is of inode `ino`.
     fn maps_inode(ino: u64) -> bool {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let ino = ino.to_string();
         maps.lines()
-            .any(|l| l.split_whitespace().nth(4) == Some(ino.to_string().as_str()))
+            .any(|l| l.split_whitespace().nth(4) == Some(ino.as_str()))
     }
 
     #[test]
