@@ -45,6 +45,11 @@
 //! `--histogram` runs echo with `--histogram` and prints, per run, how full
 //! its bursts were and what each left in the rings (whole run, warm-up
 //! included).
+//!
+//! The table gives the median ratio over all runs, and within each
+//! placement of the two CPUs (near: c2c below the far threshold at both
+//! ends of the run; far: above it at both; runs that moved are in neither):
+//! the placement moves both backends' figures more than they differ.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -392,6 +397,10 @@ fn run(backend: Backend, row: Row, a: &Args, perf: bool) -> Result<(Throughput, 
         return Err(format!("no traffic\n{log}"));
     }
     let f = bench::check_features(fe_features, packed, in_order)?;
+    println!(
+        "  features: frontend negotiated {f:#x}, backend {}",
+        backend_features.map_or_else(|| "-".to_owned(), |b| format!("{b:#x}"))
+    );
     // Echo acked what testpmd negotiated, but for the bits virtio-user keeps
     // to itself.
     let local = VIRTIO_USER_LOCAL_BITS;
@@ -466,6 +475,7 @@ fn main() -> ExitCode {
                     let (mut ours_cy, mut theirs_cy) = (Vec::new(), Vec::new());
                     let (mut ours_busy, mut theirs_busy) = (Vec::new(), Vec::new());
                     let (mut ours_near, mut theirs_near) = (Vec::new(), Vec::new());
+                    let (mut ours_far, mut theirs_far) = (Vec::new(), Vec::new());
                     for rep in 0..a.reps {
                         for b in bench::abba(rep, Backend::Ours, Backend::Dpdk) {
                             let c2c_before = bench::core_to_core_ns();
@@ -502,11 +512,12 @@ fn main() -> ExitCode {
                             if noisy {
                                 noisy_runs += 1;
                             }
-                            if place == "near" {
-                                match b {
-                                    Backend::Ours => ours_near.push(t.mpps()),
-                                    Backend::Dpdk => theirs_near.push(t.mpps()),
-                                }
+                            match (place, b) {
+                                ("near", Backend::Ours) => ours_near.push(t.mpps()),
+                                ("near", Backend::Dpdk) => theirs_near.push(t.mpps()),
+                                ("far", Backend::Ours) => ours_far.push(t.mpps()),
+                                ("far", Backend::Dpdk) => theirs_far.push(t.mpps()),
+                                _ => {}
                             }
                             match b {
                                 Backend::Ours => {
@@ -550,28 +561,34 @@ fn main() -> ExitCode {
                         ours.clone(),
                         theirs.clone(),
                         headroom,
-                        (ours_near, theirs_near),
+                        [(ours_near, theirs_near), (ours_far, theirs_far)],
                     ));
                 }
             }
         }
     }
     println!();
-    println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | busy cycles/frame ours / DPDK | busy share of the core ours / DPDK | runs ours | runs DPDK | CPUs near: runs ours / DPDK, median ratio |");
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|");
-    for (huge, (packed, qs), in_order, size, mo, md, o, d, [oc, dc, ob, db], (on, dn)) in summary {
-        let near = if on.is_empty() || dn.is_empty() {
-            format!("{} / {}", on.len(), dn.len())
-        } else {
-            format!(
-                "{} / {}, {:.2}",
-                on.len(),
-                dn.len(),
-                bench::median(&on) / bench::median(&dn)
-            )
+    println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | busy cycles/frame ours / DPDK | busy share of the core ours / DPDK | runs ours | runs DPDK | CPUs near: runs ours / DPDK, median ratio | CPUs far: runs ours / DPDK, median ratio |");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---|");
+    for (huge, (packed, qs), in_order, size, mo, md, o, d, [oc, dc, ob, db], [near, far]) in summary
+    {
+        // Ratios within one placement: the CPUs' distance moves both
+        // backends' figures by up to 3x, more than the backends differ.
+        let class = |(on, dn): (Vec<f64>, Vec<f64>)| {
+            if on.is_empty() || dn.is_empty() {
+                format!("{} / {}", on.len(), dn.len())
+            } else {
+                format!(
+                    "{} / {}, {:.2}",
+                    on.len(),
+                    dn.len(),
+                    bench::median(&on) / bench::median(&dn)
+                )
+            }
         };
+        let (near, far) = (class(near), class(far));
         println!(
-            "| {} | {} {qs} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {oc:.0} / {dc:.0} | {:.0} % / {:.0} % | {} | {} | {near} |",
+            "| {} | {} {qs} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {oc:.0} / {dc:.0} | {:.0} % / {:.0} % | {} | {} | {near} | {far} |",
             if huge { "yes" } else { "no" },
             if packed { "packed" } else { "split" },
             io_name(in_order),
