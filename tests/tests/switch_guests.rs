@@ -16,7 +16,10 @@
 //!   64 MiB received; then, at a quiet moment, each guest's
 //!   `/sys/class/net/eth0/statistics` equal its port's counters (frames and
 //!   bytes, both ways) and what one guest sent is exactly what the other
-//!   received (two ports: nothing is flooded elsewhere, nothing dropped).
+//!   received (two ports: nothing is flooded elsewhere), but for frames
+//!   counted `no_buffers` when the receiving guest, under TCG on a loaded
+//!   host, had no RX buffer posted (the switch's documented isolation;
+//!   at most 5 %, every other drop reason zero).
 //!   Phase 2, an AF_PACKET uplink on a veth pair and a TAP port whose device
 //!   the test moves into a pod's namespace and renames `eth1` are added:
 //!   g1 and the host, and g2 and the pod, ping and move 8 MiB each way at the
@@ -40,7 +43,7 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use vhu_api::{FdbEntryView, PortStats, PortView};
+use vhu_api::{FdbEntryView, PortStats, PortView, QueueStats};
 use vhu_tests::netns::{self, Netns, VethPair};
 use vhu_tests::peers;
 use vhu_tests::qemu::{parse_results, spawn_guest, GuestHandle, GuestOpts};
@@ -145,15 +148,33 @@ fn quiet_counters(
     panic!("the counters of {ports:?} never stood still while the guests' were read");
 }
 
+/// Frames the switch had for a port whose guest had no RX buffer posted at
+/// that moment: counted as `no_buffers` and lost, by design (no retry
+/// queue, no head-of-line blocking; `docs/switch.md`). A guest under TCG
+/// can fall behind a TCP stream on a loaded host; TCP resends.
+fn no_buffers(t: &QueueStats) -> u64 {
+    t.rx_dropped.get("no_buffers").copied().unwrap_or(0)
+}
+
 /// A guest's counters equal its port's: what the guest's driver queued is
 /// what the switch took (`tx`), what the switch delivered is what the
-/// driver received (`rx`), frames and bytes.
+/// driver received (`rx`), frames and bytes. The only drop allowed is
+/// `no_buffers` into the port, at most 5 % of what it delivered; the guest
+/// itself drops nothing.
 fn assert_guest_matches_port(who: &str, g: &BTreeMap<String, u64>, s: &PortStats) {
     let t = &s.total;
     assert_eq!(
-        (t.rx_dropped_total(), t.tx_dropped_total(), g["rx_dropped"]),
+        (
+            t.rx_dropped_total() - no_buffers(t),
+            t.tx_dropped_total(),
+            g["rx_dropped"]
+        ),
         (0, 0, 0),
         "{who}: drops: {s:?} {g:?}"
+    );
+    assert!(
+        no_buffers(t) * 20 <= t.rx_packets,
+        "{who}: more than 5 % lost for want of RX buffers: {s:?}"
     );
     assert_eq!(
         (t.tx_packets, t.tx_bytes, t.rx_packets, t.rx_bytes),
@@ -165,6 +186,26 @@ fn assert_guest_matches_port(who: &str, g: &BTreeMap<String, u64>, s: &PortStats
         ),
         "{who}: the switch's (tx, tx bytes, rx, rx bytes) vs the guest's eth0"
     );
+}
+
+/// Everything `from` sent reached `to` (two ports: unicast or flooded, it
+/// has nowhere else to go), but for the frames `to` had no RX buffer for:
+/// those are counted exactly, and account for the missing bytes (each 60 B
+/// to a 64 KiB segmentation frame).
+fn assert_carried(what: &str, from: &QueueStats, to: &QueueStats) {
+    let lost = no_buffers(to);
+    assert_eq!(from.tx_packets, to.rx_packets + lost, "{what}: frames");
+    let missing = from.tx_bytes.checked_sub(to.rx_bytes);
+    if lost == 0 {
+        assert_eq!(missing, Some(0), "{what}: bytes");
+    } else {
+        assert!(
+            missing.is_some_and(|m| (60 * lost..=65_550 * lost).contains(&m)),
+            "{what}: {lost} frames lost, bytes {} sent, {} delivered",
+            from.tx_bytes,
+            to.rx_bytes
+        );
+    }
 }
 
 /// A guest and a peer in a namespace at `peer_ip`, where
@@ -278,16 +319,8 @@ fn guests_reach_each_other_a_host_and_a_pod() {
     assert_guest_matches_port("g2/vm2", &c[1], &s[1]);
     // Two ports: whatever one sends (unicast or flooded) goes to the other.
     let (a, b) = (&s[0].total, &s[1].total);
-    assert_eq!(
-        (a.tx_packets, a.tx_bytes),
-        (b.rx_packets, b.rx_bytes),
-        "vm1 -> vm2"
-    );
-    assert_eq!(
-        (b.tx_packets, b.tx_bytes),
-        (a.rx_packets, a.rx_bytes),
-        "vm2 -> vm1"
-    );
+    assert_carried("vm1 -> vm2", a, b);
+    assert_carried("vm2 -> vm1", b, a);
     assert!(a.tx_bytes > BIG_MIB << 20, "{a:?}");
 
     // ---- 2. a host behind an AF_PACKET uplink, a pod behind a TAP ----
