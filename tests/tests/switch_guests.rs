@@ -43,6 +43,7 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use vhost_net_backend::DropReason;
 use vhu_api::{FdbEntryView, PortStats, PortView, QueueStats};
 use vhu_tests::netns::{self, Netns, VethPair};
 use vhu_tests::peers;
@@ -153,7 +154,10 @@ fn quiet_counters(
 /// queue, no head-of-line blocking; `docs/switch.md`). A guest under TCG
 /// can fall behind a TCP stream on a loaded host; TCP resends.
 fn no_buffers(t: &QueueStats) -> u64 {
-    t.rx_dropped.get("no_buffers").copied().unwrap_or(0)
+    t.rx_dropped
+        .get(DropReason::NoBuffers.name())
+        .copied()
+        .unwrap_or(0)
 }
 
 /// A guest's counters equal its port's: what the guest's driver queued is
