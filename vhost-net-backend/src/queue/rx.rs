@@ -5,7 +5,7 @@
 
 use crate::device::{bits, Negotiated, MAX_FRAME_LEN};
 use crate::net_hdr::{self, VirtioNetHdr};
-use crate::ring::{Popped, SegWriter, UsedId};
+use crate::ring::{load_hdr, Popped, SegWriter, UsedId};
 use crate::stats::DropReason;
 
 use super::frame::{FrameSource, FrameWriter};
@@ -209,13 +209,15 @@ impl RxQueue {
             }
         }
 
-        let mut h = *hdr;
-        h.num_buffers = (1 + more) as u16;
+        // The header as words: a field-by-field copy of it, read back as
+        // words to be written, would stall store forwarding (`load_hdr`).
+        let (mut lo, hi) = load_hdr(hdr);
+        let hi = (hi & 0xffff) | u32::from((1 + more) as u16) << 16;
         if features.acked & bits::GUEST_CSUM == 0 {
-            h.flags &= !net_hdr::F_DATA_VALID;
+            lo &= !u64::from(net_hdr::F_DATA_VALID);
         }
         let mut w = SegWriter::new(v.segs.as_slice());
-        w.write_hdr(&h, hdr_len);
+        w.write_hdr(lo, hi, hdr_len);
         frame.copy_into(&mut FrameWriter::guest(&mut w));
         let mut remaining = w.written();
         ring.log_write(v.segs.as_slice(), remaining);
@@ -323,5 +325,58 @@ impl Sink for RxQueue {
 
     fn drop_frame(&mut self, reason: DropReason) {
         self.vring.counters.drop(reason);
+    }
+}
+
+#[cfg(all(test, feature = "test-utils"))]
+mod tests {
+    use crate::device::bits;
+    use crate::net_hdr::{self, VirtioNetHdr};
+    use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
+    use crate::sink::Sink;
+
+    /// The header a push writes: the caller's fields, `num_buffers` set to
+    /// the buffers the frame took whatever the caller said, `DATA_VALID`
+    /// only for a guest that acked `GUEST_CSUM` (the header travels as two
+    /// words; each field must land where the wire layout puts it).
+    #[test]
+    fn push_writes_the_callers_header_with_the_devices_fields() {
+        for packed in [false, true] {
+            for csum in [false, true] {
+                let mut g = LoopbackGuest::new(LoopbackOpts {
+                    packed,
+                    size: 8,
+                    features: bits::MRG_RXBUF | if csum { bits::GUEST_CSUM } else { 0 },
+                    buf_len: 2048,
+                    rx_buf_len: Some(256),
+                });
+                assert_eq!(g.post_rx(8), 8);
+                let hdr = VirtioNetHdr {
+                    flags: net_hdr::F_DATA_VALID,
+                    gso_type: net_hdr::GSO_NONE,
+                    hdr_len: 0x0201,
+                    gso_size: 0x0403,
+                    csum_start: 0x0605,
+                    csum_offset: 0x0807,
+                    num_buffers: 0x0a09,
+                };
+                let small = [1u8; 60];
+                let big = [2u8; 400]; // two 256-byte buffers
+                {
+                    let mut rx = g.qp.rx.burst();
+                    Sink::push(&mut rx, &hdr, &&small[..]).expect("room");
+                    Sink::push(&mut rx, &hdr, &&big[..]).expect("room");
+                }
+                let mut got = Vec::new();
+                assert_eq!(g.reap_rx_with(&mut |b| got.push(b.to_vec())), 3);
+                let flags = if csum { net_hdr::F_DATA_VALID } else { 0 };
+                let want = |n: u8| [flags, 0, 1, 2, 3, 4, 5, 6, 7, 8, n, 0];
+                let ctx = format!("packed={packed} csum={csum}");
+                assert_eq!(got[0][..12], want(1), "{ctx}");
+                assert_eq!(got[0][12..], small, "{ctx}");
+                assert_eq!(got[1][..12], want(2), "{ctx}");
+                assert_eq!(got[1].len() + got[2].len(), 12 + big.len(), "{ctx}");
+            }
+        }
     }
 }

@@ -6,7 +6,7 @@
 use super::frame::{FrameSource, FrameWriter};
 use super::handoff::Vring;
 use crate::net_hdr::VirtioNetHdr;
-use crate::ring::{copy_from_segs, read_hdr, store_hdr, Popped, Seg, MAX_CHAIN_SEGS};
+use crate::ring::{copy_from_segs, read_hdr, store_hdr, Popped, Seg, UsedId, MAX_CHAIN_SEGS};
 use crate::stats::DropReason;
 
 /// Bytes of the start of each guest TX frame copied into a private buffer,
@@ -130,20 +130,39 @@ pub(super) const TX_BATCH: usize = 32;
 pub(super) const TX_BATCH_SEGS: usize = 2 * MAX_CHAIN_SEGS;
 
 /// One chain of a batch, parsed and waiting for its frame to be handed out.
+///
+/// Plain fields, not the [`Popped`] it came from: a `Popped` is built on
+/// the stack, and copying it in whole reads it back as one 16-byte load
+/// that store forwarding cannot serve from the stores that built it (the
+/// load then waits for every older store, guest lines included). For the
+/// same reason `used` and `len`, which come from one `Popped`, are not
+/// neighbours (`repr(C)` keeps the order): two 4-byte fields side by side
+/// are copied with one 8-byte load.
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 pub(super) struct Parsed {
-    /// What taking it gave: a chain (its id and length), or a refusal.
-    popped: Popped,
+    /// The buffer's id and slot count (for a refused chain, only when
+    /// `has_used`).
+    used: UsedId,
     /// Its segments in the queue's list: `start..end`.
     start: u32,
+    /// A good chain's length in bytes.
+    len: u32,
     end: u32,
+    /// Why the chain is refused, if it is.
+    bad: Option<DropReason>,
+    /// Whether a refused chain has an id to return it by.
+    has_used: bool,
 }
 
 impl Parsed {
     pub(super) const EMPTY: Self = Self {
-        popped: Popped::Empty,
+        used: UsedId::new(0, 0),
+        len: 0,
         start: 0,
         end: 0,
+        bad: None,
+        has_used: false,
     };
 }
 
@@ -188,25 +207,30 @@ impl TxQueue {
             while k < want && v.segs.capacity() - v.segs.len() >= MAX_CHAIN_SEGS {
                 let start = v.segs.len();
                 v.segs.limit_next(MAX_CHAIN_SEGS);
-                let popped = ring.next_chain(false, &mut v.segs);
-                match popped {
+                let e = &mut batch[k];
+                match ring.next_chain(false, &mut v.segs) {
                     Popped::Empty => {
                         drained = true;
                         break;
                     }
-                    Popped::Chain(..) => {
+                    Popped::Chain(used, len) => {
                         // The header and the start of the frame.
                         if let Some(seg) = v.segs.as_slice().get(start) {
                             crate::ring::prefetch_buffer(seg.hva(), seg.len(), false);
                         }
+                        e.used = used;
+                        e.len = len;
+                        e.bad = None;
                     }
-                    Popped::Bad(..) => v.segs.truncate(start),
+                    Popped::Bad(used, reason) => {
+                        v.segs.truncate(start);
+                        e.used = used.unwrap_or(UsedId::new(0, 0));
+                        e.has_used = used.is_some();
+                        e.bad = Some(reason);
+                    }
                 }
-                batch[k] = Parsed {
-                    popped,
-                    start: start as u32,
-                    end: v.segs.len() as u32,
-                };
+                e.start = start as u32;
+                e.end = v.segs.len() as u32;
                 k += 1;
             }
             if k == 0 {
@@ -217,18 +241,14 @@ impl TxQueue {
             let all = v.segs.as_slice();
             for p in &batch[..k] {
                 n += 1;
-                let (used, total) = match p.popped {
-                    Popped::Chain(used, total) => (used, total as usize),
-                    Popped::Bad(used, reason) => {
-                        v.counters.drop(reason);
-                        if let Some(u) = used {
-                            ring.push_used(u, 0, false);
-                        }
-                        continue;
+                if let Some(reason) = p.bad {
+                    v.counters.drop(reason);
+                    if p.has_used {
+                        ring.push_used(p.used, 0, false);
                     }
-                    // Never stored: the parse stops at the first.
-                    Popped::Empty => continue,
-                };
+                    continue;
+                }
+                let (used, total) = (p.used, p.len as usize);
                 if total <= hdr_len {
                     v.counters.drop(DropReason::TooShort);
                 } else if total - hdr_len > max_frame {

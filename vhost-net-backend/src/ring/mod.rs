@@ -532,6 +532,33 @@ pub(crate) fn store_hdr(dst: &mut VirtioNetHdr, h: VirtioNetHdr) {
     }
 }
 
+/// Loads `h` as its two wire words (bytes 0-7, 8-11) with one 8-byte and
+/// one 4-byte load: the mirror of [`store_hdr`]. A header copied whole is
+/// stored as those two words, and [`VirtioNetHdr::to_words`] on it compiles
+/// to a load across both (bytes 2-9), which store forwarding cannot serve;
+/// these two loads it can.
+#[inline(always)]
+pub(crate) fn load_hdr(h: &VirtioNetHdr) -> (u64, u32) {
+    #[cfg(target_endian = "little")]
+    {
+        let p = (h as *const VirtioNetHdr).cast::<u8>();
+        // SAFETY: `VirtioNetHdr` is `repr(C)`: 12 bytes of integer fields in
+        // wire order, so on a little-endian machine its bytes are those of
+        // `to_words`'s two words stored natively; `h` is a reference to
+        // those 12 readable bytes; the reads tolerate any alignment.
+        unsafe {
+            (
+                std::ptr::read_unaligned(p.cast::<u64>()),
+                std::ptr::read_unaligned(p.add(8).cast::<u32>()),
+            )
+        }
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        h.to_words()
+    }
+}
+
 /// Reads a virtio-net header (`len` = 10 or 12 bytes) from the start of
 /// `segs`: two loads when the first buffer holds it whole (the common
 /// layout), a byte copy otherwise. Missing bytes read as zero.
@@ -643,14 +670,14 @@ impl<'a> SegWriter<'a> {
         self.written - start
     }
 
-    /// Writes a virtio-net header (`len` = 10 or 12 bytes) at the start:
-    /// two stores when the first buffer holds it whole.
+    /// Writes a virtio-net header (`len` = 10 or 12 bytes), given as its
+    /// two wire words ([`VirtioNetHdr::to_words`]), at the start: two
+    /// stores when the first buffer holds it whole.
     #[inline(always)]
-    pub(crate) fn write_hdr(&mut self, h: &VirtioNetHdr, len: usize) -> usize {
+    pub(crate) fn write_hdr(&mut self, lo: u64, hi: u32, len: usize) -> usize {
         if self.written == 0 {
             if let Some(s) = self.segs.first() {
                 if s.len() as usize >= 12 {
-                    let (lo, hi) = h.to_words();
                     // SAFETY: the first buffer is checked guest memory
                     // (module invariant) of at least 12 bytes.
                     unsafe {
@@ -670,6 +697,7 @@ impl<'a> SegWriter<'a> {
                 }
             }
         }
+        let h = VirtioNetHdr::from_words(lo, hi, MAX_HDR_LEN);
         self.write(&h.to_bytes()[..len])
     }
 
