@@ -162,6 +162,7 @@ impl Drop for Dir {
 fn fixture() -> &'static Mutex<Fixture> {
     static F: OnceLock<Mutex<Fixture>> = OnceLock::new();
     F.get_or_init(|| {
+        remove_stale_dirs();
         let dir = std::env::temp_dir().join(format!("vhu-fuzz-vu-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -177,6 +178,28 @@ fn fixture() -> &'static Mutex<Fixture> {
             files: 0,
         })
     })
+}
+
+/// Removes the directories of fixtures whose process is gone: the fixture
+/// lives for the whole process (a static), so its `Drop` never runs and
+/// each fuzzing or replay process would leave its socket directory behind.
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("vhu-fuzz-vu-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 fn offered() -> u64 {

@@ -303,10 +303,27 @@ mod tests {
         }
     }
 
-    fn tmp(tag: &str) -> PathBuf {
+    /// A scratch directory, removed (with what the test wrote) when the
+    /// test ends, passed or not.
+    struct Tmp(PathBuf);
+
+    impl std::ops::Deref for Tmp {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tmp(tag: &str) -> Tmp {
         let d = std::env::temp_dir().join(format!("vhu-kv-ni-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
-        d
+        Tmp(d)
     }
 
     fn nets() -> Vec<(String, String)> {
