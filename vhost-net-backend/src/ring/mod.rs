@@ -697,8 +697,11 @@ impl<'a> SegWriter<'a> {
                 }
             }
         }
-        let h = VirtioNetHdr::from_words(lo, hi, MAX_HDR_LEN);
-        self.write(&h.to_bytes()[..len])
+        // The wire layout is the two words' little-endian bytes.
+        let mut b = [0u8; MAX_HDR_LEN];
+        b[..8].copy_from_slice(&lo.to_le_bytes());
+        b[8..].copy_from_slice(&hi.to_le_bytes());
+        self.write(&b[..len])
     }
 
     /// Copies a host slice into the buffers.
