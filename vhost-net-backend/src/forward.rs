@@ -85,13 +85,43 @@ impl Forwarder {
         frame: &dyn FrameSource,
         sink: &mut S,
     ) -> Result<(), DropReason> {
+        self.forward_by(c, hdr, frame, sink, |s| s.push(hdr, frame))
+    }
+
+    /// [`Forwarder::forward`] for a frame whose type the caller knows: the
+    /// push is [`Sink::push_typed`], whose copy into a guest is inlined
+    /// rather than called through the frame's trait object.
+    ///
+    /// # Errors
+    /// As [`Forwarder::forward`].
+    #[inline]
+    pub fn forward_typed<S: Sink, F: FrameSource>(
+        &mut self,
+        c: &mut ForwardCounters,
+        hdr: &VirtioNetHdr,
+        frame: &F,
+        sink: &mut S,
+    ) -> Result<(), DropReason> {
+        self.forward_by(c, hdr, frame, sink, |s| s.push_typed(hdr, frame))
+    }
+
+    /// The two above, with the push as given.
+    #[inline(always)]
+    fn forward_by<S: Sink + ?Sized>(
+        &mut self,
+        c: &mut ForwardCounters,
+        hdr: &VirtioNetHdr,
+        frame: &dyn FrameSource,
+        sink: &mut S,
+        push: impl FnOnce(&mut S) -> Result<(), DropReason>,
+    ) -> Result<(), DropReason> {
         let gso = hdr.is_gso();
         if gso {
             c.gso += 1;
         }
         let mut accepts = sink.accepts();
         if fits(hdr, accepts) {
-            match sink.push(hdr, frame) {
+            match push(sink) {
                 Ok(()) => {
                     if gso {
                         c.gso_passed += 1;

@@ -42,6 +42,24 @@ pub trait Sink {
     /// record the drop with [`Sink::drop_frame`].
     fn push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), DropReason>;
 
+    /// [`Sink::push`] for a frame whose type the caller knows: a sink that
+    /// can copy from it without calls through the trait object (a guest's
+    /// RX queue) does so. The same contract.
+    ///
+    /// # Errors
+    /// As [`Sink::push`].
+    #[inline]
+    fn push_typed<F: FrameSource>(
+        &mut self,
+        hdr: &VirtioNetHdr,
+        frame: &F,
+    ) -> Result<(), DropReason>
+    where
+        Self: Sized,
+    {
+        self.push(hdr, frame)
+    }
+
     /// Delivers what was pushed: publishes used entries and notifies the
     /// guest, or hands frames to the kernel. Once per burst.
     ///

@@ -14,6 +14,12 @@
 //!   -> learn the burst's new or moved sources (write lock, only if any)
 //! ```
 //!
+//! A frame whose first 16 bytes (addresses, tag) equal the burst's previous
+//! frame's takes that frame's decision again (`Recent`); when that frame
+//! went to one destination untouched, also its held queue (`Planned`):
+//! the MTU check and the push, with the copy compiled for the source's
+//! type.
+//!
 //! * **Several PMDs**: each polls a set of [`Unit`]s (one queue of one
 //!   port); every PMD knows every port as a destination. A destination
 //!   queue is a mutex taken once per source burst, as OVS takes a shared
@@ -809,7 +815,7 @@ struct Burst<'a> {
     held: ArrayVec<Held<'a>, MAX_HELD>,
     /// The decision on the burst's previous frame, for the next frame with
     /// the same addresses and tag.
-    recent: Option<Recent>,
+    recent: Option<Recent<'a>>,
 }
 
 /// A decision kept for the rest of a burst. Within one burst the decision
@@ -820,11 +826,26 @@ struct Burst<'a> {
 /// the decision was taken the burst's learn list only gained that frame's
 /// own source, which its hairpin check already saw (any other frame
 /// decided afresh replaces the kept decision). A flow's frames, which come in runs, then
-/// skip the parse, the admission and both FDB probes.
+/// skip the parse, the admission and both FDB probes; a unicast one whose
+/// frame went out untouched also skips the delivery's lookups
+/// ([`Planned`]).
 #[derive(Clone, Copy)]
-struct Recent {
+struct Recent<'a> {
     key: [u8; RECENT_KEY],
     decided: Decided,
+    planned: Option<Planned<'a>>,
+}
+
+/// Where a kept unicast decision's frames go, found by delivering the
+/// first: the held destination queue (its index in `held`, valid until the
+/// next [`Burst::release`], which forgets the kept decision) and what the
+/// per-frame MTU check and the push need of the destination. Only for a
+/// frame delivered without a tag edit and with no capture on the
+/// destination (whose on/off is read once per burst and destination).
+#[derive(Clone, Copy)]
+struct Planned<'a> {
+    dst: &'a PortDp,
+    held: usize,
 }
 
 /// What deciding on a frame found.
@@ -892,15 +913,17 @@ impl<'a> Burst<'a> {
 
     /// Decides on one frame (`len` bytes: `frame.frame_len()`, known to
     /// the caller without a call through the trait object) and delivers it.
+    /// Of the source's type: a kept decision's push copies without calls
+    /// through the trait object.
     #[inline]
-    fn frame(
+    fn frame<F: FrameSource>(
         &mut self,
         ingress: &Ingress,
         max_frame: usize,
         hdr: &VirtioNetHdr,
         head: &[u8],
         len: usize,
-        frame: &dyn FrameSource,
+        frame: &F,
     ) {
         // A super-frame (GSO) is bounded by its segment size, not the MTU
         // (as the library's own guest-TX check does when TSO is offered).
@@ -911,12 +934,21 @@ impl<'a> Burst<'a> {
         let key = recent_key(head);
         if let (Some(k), Some(r)) = (&key, &self.recent) {
             if *k == r.key {
-                let d = r.decided;
+                let Recent {
+                    decided: d,
+                    planned,
+                    ..
+                } = *r;
                 if d.conflict {
                     // Counted per frame, as a fresh decision would.
                     self.fdb.count_static_conflict();
                 }
-                self.dispatch(d.verdict, d.tci, hdr, head, len, frame);
+                match planned {
+                    Some(p) => self.push_planned(p, hdr, len, frame),
+                    None => {
+                        self.dispatch(d.verdict, d.tci, hdr, head, len, frame);
+                    }
+                }
                 return;
             }
         }
@@ -929,9 +961,32 @@ impl<'a> Burst<'a> {
         };
         // Replaced by every decision taken afresh, kept or not: a frame
         // decided in between (stacked tags) may have noted its source for
-        // learning, which a later frame's hairpin check has to see.
-        self.recent = key.map(|key| Recent { key, decided: d });
-        self.dispatch(d.verdict, d.tci, hdr, head, len, frame);
+        // learning, which a later frame's hairpin check has to see. Set
+        // after the delivery, whose release of the held queues (a full
+        // `held`, a contended queue) forgets the kept decision.
+        let planned = self.dispatch(d.verdict, d.tci, hdr, head, len, frame);
+        self.recent = key.map(|key| Recent {
+            key,
+            decided: d,
+            planned,
+        });
+    }
+
+    /// Delivers a frame the way the burst's kept decision says: the MTU
+    /// check and the push into the held queue.
+    #[inline]
+    fn push_planned<F: FrameSource>(
+        &mut self,
+        p: Planned<'a>,
+        hdr: &VirtioNetHdr,
+        len: usize,
+        frame: &F,
+    ) {
+        if !hdr.is_gso() && len > p.dst.max_frame {
+            p.dst.counters.rx_drops[DropReason::TooLong as usize].fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.push_held(p.held, p.dst.uplink_accepts, hdr, frame);
     }
 
     /// The decision on a frame's head, and its outer 802.1Q TCI; the source
@@ -979,7 +1034,8 @@ impl<'a> Burst<'a> {
         })
     }
 
-    /// Carries out a decision.
+    /// Carries out a decision; for a unicast frame, where the same
+    /// decision's next frames can go straight ([`Planned`]).
     #[inline]
     fn dispatch(
         &mut self,
@@ -989,17 +1045,20 @@ impl<'a> Burst<'a> {
         head: &[u8],
         len: usize,
         frame: &dyn FrameSource,
-    ) {
+    ) -> Option<Planned<'a>> {
         match verdict {
             Verdict::Forward { port, vlan } => {
-                if !self.deliver(port, vlan, tci, hdr, head, len, frame) {
-                    self.drops.add(DropReason::VlanDenied, 1);
+                match self.deliver(port, vlan, tci, hdr, head, len, frame) {
+                    Some(planned) => return planned,
+                    None => self.drops.add(DropReason::VlanDenied, 1),
                 }
             }
             Verdict::Flood { vlan } => {
                 let mut member = false;
                 for j in 0..self.ports.len() as PortId {
-                    if j != self.src_id && self.deliver(j, vlan, tci, hdr, head, len, frame) {
+                    if j != self.src_id
+                        && self.deliver(j, vlan, tci, hdr, head, len, frame).is_some()
+                    {
                         member = true;
                     }
                 }
@@ -1010,10 +1069,13 @@ impl<'a> Burst<'a> {
             }
             Verdict::Drop(r) => self.drops.add(r, 1),
         }
+        None
     }
 
     /// Pushes one frame into port `dst` (if it is a member of `vlan`), with
-    /// its tag edited for that port. Returns whether the port is a member.
+    /// its tag edited for that port. `None` if the port is not a member;
+    /// otherwise where the same decision's next frames can go straight, if
+    /// they can.
     #[inline]
     #[allow(clippy::too_many_arguments)] // one frame's facts, passed down
     fn deliver(
@@ -1025,15 +1087,13 @@ impl<'a> Burst<'a> {
         head: &[u8],
         len: usize,
         frame: &dyn FrameSource,
-    ) -> bool {
+    ) -> Option<Option<Planned<'a>>> {
         let ports: &'a [Option<Arc<PortDp>>] = self.ports;
         let Some(Some(d)) = ports.get(dst as usize) else {
-            return false;
+            return None;
         };
         let egress = d.ingress.vlan.egress(vlan);
-        let Some(edit) = TagEdit::between(tci, egress) else {
-            return false;
-        };
+        let edit = TagEdit::between(tci, egress)?;
         // The edited frame: still one copy, from the source's buffers. Its
         // new first bytes are built only for an edit.
         let lead;
@@ -1045,7 +1105,7 @@ impl<'a> Burst<'a> {
                 spliced = Spliced::new(&lead[..12], frame, 12 + VLAN_HLEN);
                 match &spliced {
                     Some(s) => (s, hdr.shifted(-(VLAN_HLEN as i16)), s.frame_len()),
-                    None => return true,
+                    None => return Some(None),
                 }
             }
             TagEdit::Push(t) | TagEdit::Rewrite(t) => {
@@ -1057,15 +1117,16 @@ impl<'a> Burst<'a> {
                 spliced = Spliced::new(&lead, frame, from);
                 match &spliced {
                     Some(s) => (s, hdr.shifted(shift), s.frame_len()),
-                    None => return true,
+                    None => return Some(None),
                 }
             }
         };
         if !h.is_gso() && len > d.max_frame {
             d.counters.rx_drops[DropReason::TooLong as usize].fetch_add(1, Ordering::Relaxed);
-            return true;
+            return Some(None);
         }
-        if d.capture.on() {
+        let capture = d.capture.on();
+        if capture {
             let s = src;
             d.capture.offer(Direction::Outbound, len, |b| {
                 vhost_net_backend::copy_frame(s, b)
@@ -1082,18 +1143,32 @@ impl<'a> Burst<'a> {
                 }
             }
         }
+        self.push_held(i, d.uplink_accepts, &h, &src);
+        let plain = matches!(edit, TagEdit::Keep) && !capture;
+        Some(plain.then_some(Planned { dst: d, held: i }))
+    }
+
+    /// Pushes a frame into held queue `i` (of a port whose uplink, if it
+    /// is one, accepts `uplink_accepts`).
+    #[inline]
+    fn push_held<F: FrameSource>(
+        &mut self,
+        i: usize,
+        uplink_accepts: u64,
+        h: &VirtioNetHdr,
+        src: &F,
+    ) {
         let Self { held, fwd, .. } = self;
         let DestQueue {
             end, fwd: counters, ..
         } = &mut *held[i].guard;
         let _ = match end {
-            QueueEnd::Guest(rx) => fwd.forward(counters, &h, src, rx),
+            QueueEnd::Guest(rx) => fwd.forward_typed(counters, h, src, rx),
             QueueEnd::Uplink(u) => {
-                let mut sink = UplinkSink::with_accepts(&mut **u, d.uplink_accepts);
-                fwd.forward(counters, &h, src, &mut sink)
+                let mut sink = UplinkSink::with_accepts(&mut **u, uplink_accepts);
+                fwd.forward_typed(counters, h, src, &mut sink)
             }
         };
-        true
     }
 
     /// Destination queue `q` of `d`, locked for the rest of the burst. A
@@ -1136,8 +1211,10 @@ impl<'a> Burst<'a> {
         self.held.len() - 1
     }
 
-    /// Flushes and unlocks every destination queue held.
+    /// Flushes and unlocks every destination queue held, and forgets the
+    /// kept decision (whose [`Planned`] names one of them).
     fn release(&mut self) {
+        self.recent = None;
         for mut h in self.held.drain(..) {
             match &mut h.guard.end {
                 QueueEnd::Guest(rx) => {
@@ -1178,4 +1255,172 @@ fn flow_queue(head: &[u8], n: usize) -> usize {
         .iter()
         .fold(0u32, |a, &b| a.rotate_left(5) ^ u32::from(b));
     (h as usize) % n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fdb::FdbConfig;
+    use crate::vlan::VlanMode;
+    use std::os::fd::RawFd;
+    use std::sync::mpsc::sync_channel;
+    use vhost_net_backend::io::{RxFn, UplinkOffloads};
+
+    const SRC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const DST: [u8; 6] = [2, 0, 0, 0, 0, 2];
+    /// Where a test frame carries its number.
+    const NUMBER: usize = 20;
+
+    /// An uplink that sends the frames queued in `.0` (all in one burst)
+    /// and keeps what the switch sends it in `.1`.
+    struct Scripted(Arc<Mutex<Vec<Vec<u8>>>>, Arc<Mutex<Vec<Vec<u8>>>>);
+
+    impl Uplink for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+        fn rx_burst(&mut self, max: usize, f: RxFn<'_>) -> std::io::Result<usize> {
+            let frames: Vec<_> = self.0.lock().unwrap().drain(..).collect();
+            assert!(frames.len() <= max);
+            for b in &frames {
+                f(&VirtioNetHdr::default(), b);
+            }
+            Ok(frames.len())
+        }
+        fn tx_push(&mut self, _: &VirtioNetHdr, f: &dyn FrameSource) -> Result<(), DropReason> {
+            let mut b = vec![0; f.frame_len()];
+            vhost_net_backend::copy_frame(f, &mut b);
+            self.1.lock().unwrap().push(b);
+            Ok(())
+        }
+        fn tx_drop(&mut self, _: DropReason) {}
+        fn tx_flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn rx_fd(&self) -> RawFd {
+            -1
+        }
+        fn offloads(&self) -> UplinkOffloads {
+            UplinkOffloads::default()
+        }
+        fn counters(&self) -> UplinkCounters {
+            UplinkCounters::default()
+        }
+    }
+
+    struct Ports {
+        pmd: Pmd,
+        /// Each port's frames to send.
+        send: Vec<Arc<Mutex<Vec<Vec<u8>>>>>,
+        /// Each port's frames received.
+        got: Vec<Arc<Mutex<Vec<Vec<u8>>>>>,
+        counters: Vec<Arc<PortCounters>>,
+        captures: Vec<Arc<CaptureTap>>,
+    }
+
+    /// Three uplink ports on one PMD (run by hand) in VLAN 1: 0 the source,
+    /// 1 with MTU 1500 and `DST` static on it, 2 a bystander.
+    fn ports() -> Ports {
+        let mut fdb = Fdb::new(FdbConfig::default());
+        fdb.add_static(1, &DST, 1).unwrap();
+        let fdb = Arc::new(RwLock::new(fdb));
+        let (mut pmd, handle) = new_pmd(0, PollMode::Busy, fdb, Instant::now()).unwrap();
+        let (mut send, mut got, mut counters, mut captures) = (vec![], vec![], vec![], vec![]);
+        for id in 0..3 as PortId {
+            let (s, g) = (Arc::default(), Arc::default());
+            let c = Arc::new(PortCounters::default());
+            let tap = Arc::new(CaptureTap::default());
+            let ingress = Ingress {
+                id,
+                vlan: VlanMode::Access(1),
+                macs: vec![],
+            };
+            let (dp, units) = PortDp::new(
+                id,
+                format!("p{id}"),
+                ingress,
+                (id == 1).then_some(1500),
+                Arc::clone(&c),
+                Arc::clone(&tap),
+                End::Uplink(vec![Box::new(Scripted(Arc::clone(&s), Arc::clone(&g)))]),
+            );
+            let (ack, _answer) = sync_channel(4);
+            handle.send(Command::AddPort(dp, ack.clone()));
+            for u in units {
+                handle.send(Command::AddUnit(Box::new(u), ack.clone()));
+            }
+            send.push(s);
+            got.push(g);
+            counters.push(c);
+            captures.push(tap);
+        }
+        pmd.poll_once();
+        Ports {
+            pmd,
+            send,
+            got,
+            counters,
+            captures,
+        }
+    }
+
+    /// A frame from `SRC` to `DST` of `len` bytes, numbered `n` (past the
+    /// 16 bytes a kept decision is keyed by).
+    fn frame(len: usize, n: u8) -> Vec<u8> {
+        let mut f = vec![0u8; len];
+        f[..6].copy_from_slice(&DST);
+        f[6..12].copy_from_slice(&SRC);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[NUMBER] = n;
+        f
+    }
+
+    /// Sends `lens` from port 0 in one burst; returns the numbers of the
+    /// frames port 1 received.
+    fn burst(p: &mut Ports, lens: &[usize]) -> Vec<u8> {
+        p.got[1].lock().unwrap().clear();
+        let frames = lens.iter().enumerate().map(|(n, &l)| frame(l, n as u8));
+        p.send[0].lock().unwrap().extend(frames);
+        assert_eq!(p.pmd.poll_once(), lens.len());
+        assert!(p.got[2].lock().unwrap().is_empty(), "flooded");
+        let got = p.got[1].lock().unwrap();
+        got.iter().map(|f| f[NUMBER]).collect()
+    }
+
+    fn too_long(p: &Ports) -> u64 {
+        p.counters[1].rx_drops[DropReason::TooLong as usize].load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_kept_decision_still_checks_each_frames_size_against_the_destination() {
+        let mut p = ports();
+        // The first frame fits (its delivery is kept for the others)...
+        assert_eq!(burst(&mut p, &[64, 2000, 64, 2000, 64]), [0, 2, 4]);
+        assert_eq!(too_long(&p), 2);
+        // ...or does not (nothing kept: each frame is delivered afresh).
+        assert_eq!(burst(&mut p, &[2000, 64, 64, 2000]), [1, 2]);
+        assert_eq!(too_long(&p), 4);
+        // The drops are the destination's: the decision dropped nothing.
+        assert_eq!(
+            p.counters[0]
+                .tx_drops
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .sum::<u64>(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_capture_on_the_destination_sees_every_frame_of_a_kept_decision() {
+        let mut p = ports();
+        assert!(p.captures[1].start());
+        assert_eq!(burst(&mut p, &[64, 64, 64, 64]), [0, 1, 2, 3]);
+        let mut seen = vec![];
+        while let Some(r) = p.captures[1].take() {
+            assert_eq!(r.dir, crate::capture::Direction::Outbound);
+            seen.push(r.data[NUMBER]);
+        }
+        assert_eq!(seen, [0, 1, 2, 3]);
+    }
 }

@@ -286,6 +286,15 @@ impl Sink for RxBurst<'_> {
     }
 
     #[inline]
+    fn push_typed<F: FrameSource>(
+        &mut self,
+        hdr: &VirtioNetHdr,
+        frame: &F,
+    ) -> Result<(), DropReason> {
+        self.q.push_counted(hdr, frame, true)
+    }
+
+    #[inline]
     fn flush(&mut self) -> std::io::Result<()> {
         RxBurst::flush(self);
         Ok(())
@@ -308,6 +317,16 @@ impl Sink for RxBurst<'_> {
 impl Sink for RxQueue {
     #[inline]
     fn push(&mut self, hdr: &VirtioNetHdr, frame: &dyn FrameSource) -> Result<(), DropReason> {
+        self.vring.sync();
+        self.push_counted(hdr, frame, true)
+    }
+
+    #[inline]
+    fn push_typed<F: FrameSource>(
+        &mut self,
+        hdr: &VirtioNetHdr,
+        frame: &F,
+    ) -> Result<(), DropReason> {
         self.vring.sync();
         self.push_counted(hdr, frame, true)
     }
