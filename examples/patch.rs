@@ -505,7 +505,7 @@ impl<U: Uplink> DataPlane<U> {
         let mut rx = qp.rx.burst();
         let r = uplink.rx_burst(max, &mut |hdr, bytes| {
             // A drop is counted by the guest's RX queue (and in `c`).
-            let _ = fwd.forward(c, hdr, &bytes, &mut rx);
+            let _ = fwd.forward_typed(c, hdr, &bytes, &mut rx);
         });
         drop(rx);
         self.rx_result(r)

@@ -1143,13 +1143,26 @@ impl<'a> Burst<'a> {
                 }
             }
         }
-        self.push_held(i, d.uplink_accepts, &h, &src);
+        let Self { held, fwd, .. } = self;
+        let DestQueue {
+            end, fwd: counters, ..
+        } = &mut *held[i].guard;
+        let _ = match end {
+            QueueEnd::Guest(rx) => fwd.forward(counters, &h, src, rx),
+            QueueEnd::Uplink(u) => {
+                let mut sink = UplinkSink::with_accepts(&mut **u, d.uplink_accepts);
+                fwd.forward(counters, &h, src, &mut sink)
+            }
+        };
         let plain = matches!(edit, TagEdit::Keep) && !capture;
         Some(plain.then_some(Planned { dst: d, held: i }))
     }
 
     /// Pushes a frame into held queue `i` (of a port whose uplink, if it
-    /// is one, accepts `uplink_accepts`).
+    /// is one, accepts `uplink_accepts`): [`Self::deliver`]'s push, with
+    /// the copy compiled for the source's type (a kept decision's frames;
+    /// the first frame's, through the trait object, keeps the code of the
+    /// floods and tag edits small).
     #[inline]
     fn push_held<F: FrameSource>(
         &mut self,
