@@ -46,6 +46,8 @@ pub mod persist;
 pub mod pmd;
 pub mod privilege;
 pub mod switch;
+#[cfg(test)]
+mod test_uplink;
 pub mod vlan;
 
 /// A port's index in the switch's port table (dense, reused after a port is

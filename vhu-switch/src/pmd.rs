@@ -1274,59 +1274,21 @@ fn flow_queue(head: &[u8], n: usize) -> usize {
 mod tests {
     use super::*;
     use crate::fdb::FdbConfig;
+    use crate::test_uplink::{Frames, Scripted};
     use crate::vlan::VlanMode;
-    use std::os::fd::RawFd;
     use std::sync::mpsc::sync_channel;
-    use vhost_net_backend::io::{RxFn, UplinkOffloads};
 
     const SRC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const DST: [u8; 6] = [2, 0, 0, 0, 0, 2];
     /// Where a test frame carries its number.
     const NUMBER: usize = 20;
 
-    /// An uplink that sends the frames queued in `.0` (all in one burst)
-    /// and keeps what the switch sends it in `.1`.
-    struct Scripted(Arc<Mutex<Vec<Vec<u8>>>>, Arc<Mutex<Vec<Vec<u8>>>>);
-
-    impl Uplink for Scripted {
-        fn name(&self) -> &str {
-            "scripted"
-        }
-        fn rx_burst(&mut self, max: usize, f: RxFn<'_>) -> std::io::Result<usize> {
-            let frames: Vec<_> = self.0.lock().unwrap().drain(..).collect();
-            assert!(frames.len() <= max);
-            for b in &frames {
-                f(&VirtioNetHdr::default(), b);
-            }
-            Ok(frames.len())
-        }
-        fn tx_push(&mut self, _: &VirtioNetHdr, f: &dyn FrameSource) -> Result<(), DropReason> {
-            let mut b = vec![0; f.frame_len()];
-            vhost_net_backend::copy_frame(f, &mut b);
-            self.1.lock().unwrap().push(b);
-            Ok(())
-        }
-        fn tx_drop(&mut self, _: DropReason) {}
-        fn tx_flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn rx_fd(&self) -> RawFd {
-            -1
-        }
-        fn offloads(&self) -> UplinkOffloads {
-            UplinkOffloads::default()
-        }
-        fn counters(&self) -> UplinkCounters {
-            UplinkCounters::default()
-        }
-    }
-
     struct Ports {
         pmd: Pmd,
         /// Each port's frames to send.
-        send: Vec<Arc<Mutex<Vec<Vec<u8>>>>>,
+        send: Vec<Frames>,
         /// Each port's frames received.
-        got: Vec<Arc<Mutex<Vec<Vec<u8>>>>>,
+        got: Vec<Frames>,
         counters: Vec<Arc<PortCounters>>,
         captures: Vec<Arc<CaptureTap>>,
     }
@@ -1355,7 +1317,10 @@ mod tests {
                 (id == 1).then_some(1500),
                 Arc::clone(&c),
                 Arc::clone(&tap),
-                End::Uplink(vec![Box::new(Scripted(Arc::clone(&s), Arc::clone(&g)))]),
+                End::Uplink(vec![Box::new(Scripted {
+                    send: Arc::clone(&s),
+                    got: Arc::clone(&g),
+                })]),
             );
             let (ack, _answer) = sync_channel(4);
             handle.send(Command::AddPort(dp, ack.clone()));

@@ -964,42 +964,9 @@ impl Control for Switch {
 mod tests {
     use super::*;
     use crate::fdb::FdbConfig;
-    use std::os::fd::RawFd;
-    use vhost_net_backend::io::{RxFn, Uplink, UplinkOffloads};
-    use vhost_net_backend::{FrameSource, VirtioNetHdr};
+    use crate::test_uplink::Scripted;
 
     const VM: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0x21];
-
-    /// An uplink that keeps what the switch sends it.
-    struct Recorder(Arc<Mutex<Vec<Vec<u8>>>>);
-
-    impl Uplink for Recorder {
-        fn name(&self) -> &str {
-            "recorder"
-        }
-        fn rx_burst(&mut self, _max: usize, _f: RxFn<'_>) -> std::io::Result<usize> {
-            Ok(0)
-        }
-        fn tx_push(&mut self, _: &VirtioNetHdr, f: &dyn FrameSource) -> Result<(), DropReason> {
-            let mut b = vec![0; f.frame_len()];
-            vhost_net_backend::copy_frame(f, &mut b);
-            self.0.lock().unwrap().push(b);
-            Ok(())
-        }
-        fn tx_drop(&mut self, _: DropReason) {}
-        fn tx_flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn rx_fd(&self) -> RawFd {
-            -1
-        }
-        fn offloads(&self) -> UplinkOffloads {
-            UplinkOffloads::default()
-        }
-        fn counters(&self) -> UplinkCounters {
-            UplinkCounters::default()
-        }
-    }
 
     /// What each port received.
     type Received = Vec<Arc<Mutex<Vec<Vec<u8>>>>>;
@@ -1057,7 +1024,7 @@ mod tests {
                 None,
                 counters,
                 Arc::new(CaptureTap::default()),
-                End::Uplink(vec![Box::new(Recorder(Arc::clone(&rec)))]),
+                End::Uplink(vec![Box::new(Scripted::recorder(Arc::clone(&rec)))]),
             );
             let (ack, _) = sync_channel(1);
             handle.send(Command::AddPort(dp, ack));
