@@ -841,7 +841,8 @@ struct Recent<'a> {
 /// next [`Burst::release`], which forgets the kept decision) and what the
 /// per-frame MTU check and the push need of the destination. Only for a
 /// frame delivered without a tag edit and with no capture on the
-/// destination (whose on/off is read once per burst and destination).
+/// destination: a capture started while a burst runs sees the frames of
+/// the decisions that burst kept from its next burst on.
 #[derive(Clone, Copy)]
 struct Planned<'a> {
     dst: &'a PortDp,
