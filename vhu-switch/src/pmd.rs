@@ -260,6 +260,18 @@ impl PortDp {
         (port, units)
     }
 
+    /// Whether the port takes a frame of `len` bytes with header `hdr` as
+    /// a destination; one it does not (over its MTU) is counted as its
+    /// `too_long` drop.
+    #[inline]
+    fn takes(&self, hdr: &VirtioNetHdr, len: usize) -> bool {
+        if over_mtu(hdr, len, self.max_frame) {
+            self.counters.rx_drops[DropReason::TooLong as usize].fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
     fn queue(&self, q: usize) -> MutexGuard<'_, DestQueue> {
         self.queues[q].lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -926,9 +938,7 @@ impl<'a> Burst<'a> {
         len: usize,
         frame: &F,
     ) {
-        // A super-frame (GSO) is bounded by its segment size, not the MTU
-        // (as the library's own guest-TX check does when TSO is offered).
-        if !hdr.is_gso() && len > max_frame {
+        if over_mtu(hdr, len, max_frame) {
             self.drops.add(DropReason::TooLong, 1);
             return;
         }
@@ -983,11 +993,9 @@ impl<'a> Burst<'a> {
         len: usize,
         frame: &F,
     ) {
-        if !hdr.is_gso() && len > p.dst.max_frame {
-            p.dst.counters.rx_drops[DropReason::TooLong as usize].fetch_add(1, Ordering::Relaxed);
-            return;
+        if p.dst.takes(hdr, len) {
+            self.push_held(p.held, p.dst.uplink_accepts, hdr, frame);
         }
-        self.push_held(p.held, p.dst.uplink_accepts, hdr, frame);
     }
 
     /// The decision on a frame's head, and its outer 802.1Q TCI; the source
@@ -1122,8 +1130,7 @@ impl<'a> Burst<'a> {
                 }
             }
         };
-        if !h.is_gso() && len > d.max_frame {
-            d.counters.rx_drops[DropReason::TooLong as usize].fetch_add(1, Ordering::Relaxed);
+        if !d.takes(&h, len) {
             return Some(None);
         }
         let capture = d.capture.on();
@@ -1256,6 +1263,14 @@ fn edit_lead(head: &[u8], tci: Option<u16>) -> [u8; 16] {
         lead[14..16].copy_from_slice(&t.to_be_bytes());
     }
     lead
+}
+
+/// Whether a frame of `len` bytes with header `hdr` is over a port's
+/// largest frame. A super-frame (GSO) is bounded by its segment size, not
+/// the MTU (as the library's own guest-TX check does when TSO is offered).
+#[inline]
+fn over_mtu(hdr: &VirtioNetHdr, len: usize, max_frame: usize) -> bool {
+    !hdr.is_gso() && len > max_frame
 }
 
 /// The queue a frame goes to on a multiqueue port: a hash of its
