@@ -283,17 +283,21 @@ impl Vring {
                 self.counters.drop(DropReason::RingBroken);
             }
             if ring.publish_used() {
-                // Without a call eventfd the driver's interrupt suppression
-                // is not consulted: it would count a signal nobody got.
+                // Consulted after every publication, with or without a call
+                // eventfd: each check moves the position the next one
+                // counts from (event index suppression).
+                let wanted = ring.needs_notification();
                 match self.cfg.as_ref().and_then(|c| c.call.as_ref()) {
                     Some(call) => {
-                        if ring.needs_notification() {
+                        if wanted {
                             // EAGAIN (counter saturated) still leaves an
                             // interrupt pending for the guest.
                             let _ = (&**call).write(&1u64.to_ne_bytes());
                             self.counters.notifications += 1;
                         }
                     }
+                    // Not counted: nobody got it. Signalled once the
+                    // eventfd arrives, whatever the driver asked.
                     None => self.missed_signal = true,
                 }
             }

@@ -594,12 +594,19 @@ impl PackedRing {
             return false;
         }
         fence(Ordering::SeqCst);
+        // Every check moves the position the next one counts from, whatever
+        // the driver asks for now: a driver that polled with interrupts off
+        // for laps, then asks for one at a slot, must be signalled once the
+        // first burst after that crosses it. Counting from a position laps
+        // old can miss it, and a driver left waiting with its ring full of
+        // used buffers waits forever (as QEMU and DPDK do, 2.8.21.3).
+        let new = (self.next_used, self.used_wrap);
+        let old = self.signalled_used.replace(new);
         let flags = self.read_u16(self.driver + 2);
         match flags {
             EVENT_DISABLE => false,
             EVENT_DESC if self.event_idx => {
-                let new = (self.next_used, self.used_wrap);
-                let Some(old) = self.signalled_used.replace(new) else {
+                let Some(old) = old else {
                     return true;
                 };
                 let off_wrap = self.read_u16(self.driver);

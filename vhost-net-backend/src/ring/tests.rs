@@ -591,3 +591,105 @@ fn the_used_index_wraps_at_65536() {
         );
     }
 }
+
+/// A packed ring over the same memory: descriptors at `DESC`, the driver's
+/// event suppression area at `AVAIL`, the device's at `USED`.
+fn packed_ring(g: &Guest, features: u64) -> super::packed::PackedRing {
+    let layout = super::PackedLayout {
+        desc: DESC,
+        driver: AVAIL,
+        device: USED,
+        size: N,
+    };
+    let features = Negotiated::new(features | crate::device::bits::RING_PACKED);
+    // Both wrap counters start at 1 (bit 15 of the base).
+    super::packed::PackedRing::new(Arc::clone(&g.mem), layout, 0x8000, features)
+        .expect("valid ring")
+}
+
+/// Makes slot `slot` available as a writable buffer `id` in the lap whose
+/// wrap counter is `wrap` (AVAIL = wrap, USED = !wrap).
+fn post_packed(g: &Guest, slot: u16, wrap: bool, id: u16) {
+    let flags = WRITE | if wrap { 1 << 7 } else { 1 << 15 };
+    g.desc(slot, DATA + 64 * u64::from(slot), 64, flags, id);
+    // A packed descriptor's third word is `id | flags << 16`.
+    let mut w = [0u8; 4];
+    w[..2].copy_from_slice(&id.to_le_bytes());
+    w[2..].copy_from_slice(&flags.to_le_bytes());
+    g.write(DESC + 16 * u64::from(slot) + 12, &w);
+}
+
+/// The driver's event suppression: `off_wrap` then `flags`.
+fn driver_event(g: &Guest, off: u16, wrap: bool, flags: u16) {
+    let off_wrap = off | u16::from(wrap) << 15;
+    g.write(AVAIL, &off_wrap.to_le_bytes());
+    g.write(AVAIL + 2, &flags.to_le_bytes());
+}
+
+/// Uses the next `n` buffers in one burst and returns whether the driver
+/// is to be notified.
+fn use_packed(ring: &mut super::packed::PackedRing, pos: &mut (u16, bool), n: u16) -> bool {
+    let mut segs = SegVec::with_capacity(8);
+    for _ in 0..n {
+        segs.clear();
+        let super::Popped::Chain(u, _) = ring.next_chain(true, &mut segs) else {
+            panic!("slot {} of the lap with wrap {} is available", pos.0, pos.1)
+        };
+        ring.push_used(u, 10, true);
+        pos.0 += 1;
+        if pos.0 == N {
+            pos.0 = 0;
+            pos.1 = !pos.1;
+        }
+    }
+    assert!(ring.publish_used());
+    ring.needs_notification()
+}
+
+#[test]
+fn packed_event_desc_counts_from_the_last_check_even_while_disabled() {
+    const DISABLE: u16 = 1;
+    const DESC_EVENT: u16 = 2;
+    let g = Guest::new();
+    let mut ring = packed_ring(&g, crate::device::bits::EVENT_IDX);
+    // The driver keeps one lap ahead: every slot is posted for the lap the
+    // device is in before the device gets there.
+    for s in 0..N {
+        post_packed(&g, s, true, s);
+    }
+    let mut pos = (0u16, true);
+    let repost = |g: &Guest, from: (u16, bool), to: (u16, bool)| {
+        // Reposts every slot the device used between `from` and `to`
+        // for the following lap.
+        let (mut s, mut w) = from;
+        while (s, w) != to {
+            post_packed(g, s, !w, s);
+            s += 1;
+            if s == N {
+                s = 0;
+                w = !w;
+            }
+        }
+    };
+    driver_event(&g, 0, true, DESC_EVENT);
+    let before = pos;
+    assert!(use_packed(&mut ring, &mut pos, 10), "first check");
+    repost(&g, before, pos);
+    // The driver polls with interrupts off for over a lap and a half: the
+    // device publishes, and checks, with nothing to signal.
+    driver_event(&g, 0, true, DISABLE);
+    for _ in 0..9 {
+        let before = pos;
+        assert!(!use_packed(&mut ring, &mut pos, 3), "interrupts are off");
+        repost(&g, before, pos);
+    }
+    assert_eq!(pos, (5, true), "two laps on, at slot 5");
+    // Caught up, it asks for an interrupt when slot 5 of this lap is used.
+    driver_event(&g, 5, true, DESC_EVENT);
+    assert!(
+        use_packed(&mut ring, &mut pos, 7),
+        "slots 5-11 used: the driver's event (slot 5) was crossed by this burst"
+    );
+    // And not again until it asks for a later slot.
+    assert!(!use_packed(&mut ring, &mut pos, 2));
+}
