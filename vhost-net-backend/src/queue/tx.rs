@@ -206,6 +206,23 @@ impl TxQueue {
             let mut drained = false;
             while k < want && v.segs.capacity() - v.segs.len() >= MAX_CHAIN_SEGS {
                 let start = v.segs.len();
+                // Four one-descriptor buffers of a group at once (packed
+                // rings), else one chain.
+                let mut four = [(UsedId::new(0, 0), 0u32); 4];
+                if k + 4 <= want && ring.next_four(false, &mut v.segs, &mut four) {
+                    let segs = &v.segs.as_slice()[start..start + 4];
+                    for (i, (&(used, len), seg)) in four.iter().zip(segs).enumerate() {
+                        crate::ring::prefetch_buffer(seg.hva(), seg.len(), false);
+                        let e = &mut batch[k + i];
+                        e.used = used;
+                        e.len = len;
+                        e.bad = None;
+                        e.start = (start + i) as u32;
+                        e.end = (start + i + 1) as u32;
+                    }
+                    k += 4;
+                    continue;
+                }
                 v.segs.limit_next(MAX_CHAIN_SEGS);
                 let e = &mut batch[k];
                 match ring.next_chain(false, &mut v.segs) {

@@ -189,6 +189,22 @@ impl Ring {
         dispatch!(self, r => r.next_chain(writable, out))
     }
 
+    /// Four buffers at once, when a packed ring has them as
+    /// [`packed::PackedRing::next_four`] says; false (nothing taken) for a
+    /// split ring or when it does not.
+    #[inline(always)]
+    pub(crate) fn next_four(
+        &mut self,
+        writable: bool,
+        out: &mut SegVec,
+        got: &mut [(UsedId, u32); 4],
+    ) -> bool {
+        match self {
+            Ring::Packed(r) => r.next_four(writable, out, got),
+            Ring::Split(_) => false,
+        }
+    }
+
     #[inline]
     pub(crate) fn mark(&self) -> Mark {
         dispatch!(self, r => r.mark())

@@ -316,6 +316,77 @@ impl PackedRing {
         }
     }
 
+    /// Takes the next four buffers at once when they fill the four slots
+    /// of one group (the avail position a multiple of four, not past the
+    /// ring's end) and each is one direct descriptor of the wanted
+    /// direction, available in this lap, with a non-empty buffer in one
+    /// memory region: the common case of a burst of small frames, and
+    /// DPDK's batch for packed rings. Four flag loads and one acquire
+    /// fence, then the four descriptors, one advance and one look ahead.
+    /// Their segments are appended to `out` (one each) and `got` receives
+    /// each buffer's id and length, in slot order: what four calls of
+    /// [`Self::next_chain`] would return. Returns false, having taken
+    /// nothing, when any of that does not hold; then take them one by one.
+    ///
+    /// Hot path: no allocation, no lock, no syscall.
+    #[inline(always)]
+    pub(crate) fn next_four(
+        &mut self,
+        writable: bool,
+        out: &mut SegVec,
+        got: &mut [(UsedId, u32); 4],
+    ) -> bool {
+        let slot = self.next_avail;
+        if !slot.is_multiple_of(4)
+            || u32::from(slot) + 4 > u32::from(self.size)
+            || self.broken
+            || out.capacity() - out.len() < 4
+        {
+            return false;
+        }
+        // Available in this lap (AVAIL = wrap, USED = !wrap), one direct
+        // descriptor (no NEXT, no INDIRECT), the wanted direction.
+        let mask = DESC_F_AVAIL | DESC_F_USED | DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE;
+        let want = if self.avail_wrap {
+            DESC_F_AVAIL
+        } else {
+            DESC_F_USED
+        } | if writable { DESC_F_WRITE } else { 0 };
+        let f = [0, 1, 2, 3].map(|i| self.flags_atomic(slot + i).load(Ordering::Relaxed));
+        if f.iter().any(|&f| f & mask != want) {
+            return false;
+        }
+        // The rest of each descriptor is read after its flags said it is
+        // the driver's to give (the flags loads above, then this fence).
+        fence(Ordering::Acquire);
+        let d = [0, 1, 2, 3].map(|i| self.read_desc_at(self.desc, usize::from(slot) + i));
+        let mut hint = self.hint;
+        let mut hva = [0usize; 4];
+        for (h, d) in hva.iter_mut().zip(&d) {
+            if d.len == 0 {
+                return false;
+            }
+            match self.mem.translate(d.addr, u64::from(d.len), &mut hint) {
+                Some(a) => *h = a,
+                None => return false,
+            }
+        }
+        out.limit_next(4);
+        for i in 0..4 {
+            // Room for four was checked above.
+            let pushed = out.push(Seg {
+                hva: hva[i],
+                len: d[i].len,
+            });
+            debug_assert!(pushed);
+            got[i] = (UsedId::new(d[i].id, 1), d[i].len);
+        }
+        self.hint = hint;
+        self.advance_avail(4);
+        self.prefetch_ahead(writable);
+        true
+    }
+
     /// [`Self::next_chain`] for a buffer whose first descriptor says NEXT
     /// or INDIRECT (available: the caller checked).
     #[inline(never)]
@@ -720,6 +791,54 @@ mod tests {
         assert_eq!((s[4].1, s[4].2), (4, 0));
         assert_eq!(g.reap_tx(), 3);
         assert_eq!(g.qp.tx.counters().packets, 13);
+    }
+
+    /// Frames `from..from + n`, each its own bytes.
+    fn post_distinct(g: &mut LoopbackGuest, from: u8, n: u8) {
+        for i in from..from + n {
+            assert_eq!(g.post_tx(&[i; 60], 1), 1);
+        }
+    }
+
+    fn received(g: &mut LoopbackGuest) -> Vec<u8> {
+        let mut got = Vec::new();
+        g.qp.tx.recv_burst(32, |f| {
+            assert!(
+                f.head().iter().all(|&b| b == f.head()[0]),
+                "one frame's bytes"
+            );
+            got.push(f.head()[0]);
+        });
+        got
+    }
+
+    #[test]
+    fn tx_buffers_taken_four_at_once_come_in_slot_order() {
+        for in_order in [false, true] {
+            let mut g = guest(in_order);
+            // Slots 0-5: one group of four at once, then two alone.
+            post_distinct(&mut g, 0, 6);
+            assert_eq!(received(&mut g), (0..6).collect::<Vec<_>>());
+            assert_eq!(g.reap_tx(), 6);
+            // Slots 6, 7, then 0-3 of the second lap (wrap counter 0) at
+            // once, then 4.
+            post_distinct(&mut g, 6, 7);
+            assert_eq!(received(&mut g), (6..13).collect::<Vec<_>>());
+            assert_eq!(g.reap_tx(), 7);
+            // Slots 5-7; then half of the third lap's first group: taken
+            // one by one, the other half later; then slots 4-7 at once.
+            post_distinct(&mut g, 13, 3);
+            assert_eq!(received(&mut g), [13, 14, 15]);
+            post_distinct(&mut g, 16, 2);
+            assert_eq!(received(&mut g), [16, 17]);
+            post_distinct(&mut g, 18, 2);
+            assert_eq!(received(&mut g), [18, 19]);
+            assert_eq!(g.reap_tx(), 7);
+            post_distinct(&mut g, 20, 4);
+            assert_eq!(received(&mut g), [20, 21, 22, 23]);
+            assert_eq!(g.reap_tx(), 4);
+            assert_eq!(g.qp.tx.counters().packets, 24, "in order {in_order}");
+        }
     }
 
     #[test]
