@@ -611,12 +611,13 @@ fn packed_ring(g: &Guest, features: u64) -> super::packed::PackedRing {
 /// wrap counter is `wrap` (AVAIL = wrap, USED = !wrap).
 fn post_packed(g: &Guest, slot: u16, wrap: bool, id: u16) {
     let flags = WRITE | if wrap { 1 << 7 } else { 1 << 15 };
-    g.desc(slot, DATA + 64 * u64::from(slot), 64, flags, id);
-    // A packed descriptor's third word is `id | flags << 16`.
-    let mut w = [0u8; 4];
-    w[..2].copy_from_slice(&id.to_le_bytes());
-    w[2..].copy_from_slice(&flags.to_le_bytes());
-    g.write(DESC + 16 * u64::from(slot) + 12, &w);
+    // A packed descriptor: addr, len, id, flags.
+    let mut d = [0u8; 16];
+    d[..8].copy_from_slice(&(DATA + 64 * u64::from(slot)).to_le_bytes());
+    d[8..12].copy_from_slice(&64u32.to_le_bytes());
+    d[12..14].copy_from_slice(&id.to_le_bytes());
+    d[14..].copy_from_slice(&flags.to_le_bytes());
+    g.write(DESC + 16 * u64::from(slot), &d);
 }
 
 /// The driver's event suppression: `off_wrap` then `flags`.
