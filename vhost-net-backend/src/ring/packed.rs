@@ -352,14 +352,18 @@ impl PackedRing {
         } else {
             DESC_F_USED
         } | if writable { DESC_F_WRITE } else { 0 };
-        let f = [0, 1, 2, 3].map(|i| self.flags_atomic(slot + i).load(Ordering::Relaxed));
+        // Spelled out: `[0, 1, 2, 3].map(..)` leaves a closure call per
+        // element in the hot path.
+        let flags = |i: u16| self.flags_atomic(slot + i).load(Ordering::Relaxed);
+        let f = [flags(0), flags(1), flags(2), flags(3)];
         if f.iter().any(|&f| f & mask != want) {
             return false;
         }
         // The rest of each descriptor is read after its flags said it is
         // the driver's to give (the flags loads above, then this fence).
         fence(Ordering::Acquire);
-        let d = [0, 1, 2, 3].map(|i| self.read_desc_at(self.desc, usize::from(slot) + i));
+        let desc = |i: usize| self.read_desc_at(self.desc, usize::from(slot) + i);
+        let d = [desc(0), desc(1), desc(2), desc(3)];
         let mut hint = self.hint;
         let mut hva = [0usize; 4];
         for (h, d) in hva.iter_mut().zip(&d) {
