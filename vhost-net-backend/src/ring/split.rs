@@ -238,7 +238,11 @@ impl SplitRing {
 
     /// Takes the next available chain, appending its segments to `out`.
     ///
-    /// Hot path: no allocation, no lock, no syscall.
+    /// Hot path: no allocation, no lock, no syscall. A buffer of one
+    /// direct descriptor of the wanted direction in one memory region
+    /// (what virtio-user and Linux post for small frames) is taken inline;
+    /// anything else takes [`Self::parse_chain`] out of line, which checks
+    /// the same things and returns the same for such a buffer.
     #[inline(always)]
     pub(crate) fn next_chain(&mut self, writable: bool, out: &mut SegVec) -> Popped {
         // A broken ring serves nothing, not even entries read before the
@@ -248,6 +252,26 @@ impl SplitRing {
         }
         let head = self.pop_head();
         self.prefetch_ahead(writable);
+        if head < self.size {
+            let d = self.read_desc(self.desc, head);
+            let want = if writable { DESC_F_WRITE } else { 0 };
+            if d.flags & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == want && d.len > 0 {
+                let mut hint = self.hint;
+                if let Some(hva) = self.mem.translate(d.addr, u64::from(d.len), &mut hint) {
+                    if out.push(Seg { hva, len: d.len }) {
+                        self.hint = hint;
+                        return Popped::Chain(UsedId::new(head, 1), d.len);
+                    }
+                }
+            }
+        }
+        self.next_chain_walk(head, writable, out)
+    }
+
+    /// [`Self::next_chain`] for any other buffer: a chain, an indirect
+    /// table, a buffer across regions, or a bad one.
+    #[inline(never)]
+    fn next_chain_walk(&mut self, head: u16, writable: bool, out: &mut SegVec) -> Popped {
         match self.parse_chain(head, writable, out) {
             Ok(len) => Popped::Chain(UsedId::new(head, 1), len),
             Err(r) => Popped::Bad((head < self.size).then_some(UsedId::new(head, 1)), r),

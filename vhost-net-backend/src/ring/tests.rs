@@ -694,3 +694,69 @@ fn packed_event_desc_counts_from_the_last_check_even_while_disabled() {
     // And not again until it asks for a later slot.
     assert!(!use_packed(&mut ring, &mut pos, 2));
 }
+
+/// A split ring takes a buffer of one direct descriptor inline; what it
+/// returns must be what the general walk (`parse_chain`) returns, for
+/// good buffers of either direction and for every way one descriptor can
+/// be wrong or need the walk: the other direction, no length, an address
+/// outside memory, a buffer across two regions, a full segment list, a
+/// head out of range, a descriptor that says NEXT or INDIRECT.
+#[test]
+fn split_single_descriptor_inline_path_matches_the_walk() {
+    // Two adjacent regions: a buffer across their boundary takes two
+    // segments.
+    let mem = Arc::new(GuestMemory::anonymous(&[
+        (BASE, MEM),
+        (BASE + MEM as u64, MEM),
+    ]));
+    let g = Guest { mem };
+    let edge = BASE + MEM as u64 - 100;
+    // (head, addr, len, flags, next, writable, segment room)
+    let cases: [(u16, u64, u32, u16, u16, bool, usize); 11] = [
+        (0, DATA, 1500, WRITE, 0, true, 8),  // good RX buffer
+        (0, DATA, 1500, 0, 0, false, 8),     // good TX buffer
+        (0, DATA, 1500, 0, 0, true, 8),      // RX wants WRITE
+        (0, DATA, 1500, WRITE, 0, false, 8), // TX refuses WRITE
+        (0, DATA, 0, WRITE, 0, true, 8),     // no length
+        (0, BASE + 4 * MEM as u64, 64, WRITE, 0, true, 8), // outside memory
+        (0, edge, 300, WRITE, 0, true, 8),   // across two regions
+        (0, edge, 300, WRITE, 0, true, 1),   // ... with room for one
+        (0, DATA, 64, WRITE, 0, true, 0),    // no room at all
+        (N + 3, DATA, 64, WRITE, 0, true, 8), // head out of range
+        (0, DATA, 64, WRITE | NEXT, 1, true, 8), // a chain (desc 1 below)
+    ];
+    g.desc(1, DATA + 4096, 100, WRITE, 0);
+    for (k, &(head, addr, len, flags, next, writable, room)) in cases.iter().enumerate() {
+        let mut got = Vec::new();
+        for inline in [true, false] {
+            g.desc(0, addr, len, flags, next);
+            g.avail(0, &[head]);
+            let mut ring = g.ring(false, false);
+            let mut segs = SegVec::with_capacity(8);
+            segs.limit_next(room);
+            let popped = if inline {
+                ring.next_chain(writable, &mut segs)
+            } else {
+                assert_eq!(ring.refresh_avail(), 1);
+                let h = ring.pop_head();
+                match ring.parse_chain(h, writable, &mut segs) {
+                    Ok(l) => super::Popped::Chain(super::UsedId::new(h, 1), l),
+                    Err(r) => super::Popped::Bad((h < N).then_some(super::UsedId::new(h, 1)), r),
+                }
+            };
+            let s: Vec<(usize, u32)> = segs.as_slice().iter().map(|s| (s.hva(), s.len())).collect();
+            got.push((popped, s));
+        }
+        assert_eq!(got[0], got[1], "case {k}: {:?}", cases[k]);
+    }
+    // And the good ones are what they should be.
+    g.desc(0, DATA, 1500, WRITE, 0);
+    g.avail(0, &[0]);
+    let mut ring = g.ring(false, false);
+    let mut segs = SegVec::with_capacity(8);
+    assert_eq!(
+        ring.next_chain(true, &mut segs),
+        super::Popped::Chain(super::UsedId::new(0, 1), 1500)
+    );
+    assert_eq!(segs.len(), 1);
+}
