@@ -291,29 +291,30 @@ impl PackedRing {
     /// Takes the next available buffer, appending its segments to `out`.
     ///
     /// Hot path: no allocation, no lock, no syscall. A buffer of one
-    /// direct descriptor (what virtio-user and Linux post for small
-    /// frames) is taken inline; chains and indirect tables take the walk
-    /// in [`Self::next_chain_walk`], with the same checks.
+    /// direct descriptor of the wanted direction in one memory region
+    /// (what virtio-user and Linux post for small frames) is taken inline;
+    /// anything else (a chain, an indirect table, a buffer across regions,
+    /// a bad descriptor) takes the walk in [`Self::next_chain_walk`], with
+    /// the same checks.
     #[inline(always)]
     pub(crate) fn next_chain(&mut self, writable: bool, out: &mut SegVec) -> Popped {
         if !self.has_avail() {
             return Popped::Empty;
         }
         let d = self.read_desc_at(self.desc, usize::from(self.next_avail));
-        if d.flags & (DESC_F_NEXT | DESC_F_INDIRECT) != 0 {
-            return self.next_chain_walk(writable, out);
+        let want = if writable { DESC_F_WRITE } else { 0 };
+        if d.flags & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == want && d.len > 0 {
+            let mut hint = self.hint;
+            if let Some(hva) = self.mem.translate(d.addr, u64::from(d.len), &mut hint) {
+                if out.push(Seg { hva, len: d.len }) {
+                    self.hint = hint;
+                    self.advance_avail(1);
+                    self.prefetch_ahead(writable);
+                    return Popped::Chain(UsedId::new(d.id, 1), d.len);
+                }
+            }
         }
-        let (mut total, mut hint) = (0, self.hint);
-        let r = self.take_buffer(d, writable, out, &mut total, &mut hint);
-        self.hint = hint;
-        self.advance_avail(1);
-        self.prefetch_ahead(writable);
-        let used = UsedId::new(d.id, 1);
-        match r {
-            // One descriptor: `total` is its u32 length.
-            Ok(()) => Popped::Chain(used, total as u32),
-            Err(e) => Popped::Bad(Some(used), e),
-        }
+        self.next_chain_walk(writable, out)
     }
 
     /// Takes the next four buffers at once when they fill the four slots
@@ -391,8 +392,8 @@ impl PackedRing {
         true
     }
 
-    /// [`Self::next_chain`] for a buffer whose first descriptor says NEXT
-    /// or INDIRECT (available: the caller checked).
+    /// [`Self::next_chain`] for any buffer but one direct descriptor in
+    /// one region (available: the caller checked).
     #[inline(never)]
     fn next_chain_walk(&mut self, writable: bool, out: &mut SegVec) -> Popped {
         // Walk the chain's slots; on a bad descriptor keep walking (without

@@ -760,3 +760,68 @@ fn split_single_descriptor_inline_path_matches_the_walk() {
     );
     assert_eq!(segs.len(), 1);
 }
+
+/// A packed ring takes a buffer of one direct descriptor inline and
+/// anything else through its walk; either way a buffer gives the same
+/// verdict and takes its one slot: good buffers of both directions, and
+/// every way one descriptor can be wrong or need the walk.
+#[test]
+fn packed_single_descriptor_buffers_every_shape() {
+    use super::{Popped, UsedId};
+    let mem = Arc::new(GuestMemory::anonymous(&[
+        (BASE, MEM),
+        (BASE + MEM as u64, MEM),
+    ]));
+    let g = Guest { mem };
+    let edge = BASE + MEM as u64 - 100;
+    let (bad, addr, many) = (
+        DropReason::BadDescriptor,
+        DropReason::BadAddress,
+        DropReason::TooManySegments,
+    );
+    let id = UsedId::new(7, 1);
+    // (addr, len, WRITE flag, writable, segment room, verdict, segments)
+    let cases: [(u64, u32, u16, bool, usize, Popped, usize); 9] = [
+        (DATA, 1500, WRITE, true, 8, Popped::Chain(id, 1500), 1),
+        (DATA, 1500, 0, false, 8, Popped::Chain(id, 1500), 1),
+        (DATA, 1500, 0, true, 8, Popped::Bad(Some(id), bad), 0),
+        (DATA, 1500, WRITE, false, 8, Popped::Bad(Some(id), bad), 0),
+        (DATA, 0, WRITE, true, 8, Popped::Chain(id, 0), 0),
+        (
+            BASE + 4 * MEM as u64,
+            64,
+            WRITE,
+            true,
+            8,
+            Popped::Bad(Some(id), addr),
+            0,
+        ),
+        (edge, 300, WRITE, true, 8, Popped::Chain(id, 300), 2),
+        (edge, 300, WRITE, true, 1, Popped::Bad(Some(id), many), 1),
+        (DATA, 64, WRITE, true, 0, Popped::Bad(Some(id), many), 0),
+    ];
+    for (k, &(a, len, write, writable, room, want, nsegs)) in cases.iter().enumerate() {
+        let mut d = [0u8; 16];
+        d[..8].copy_from_slice(&a.to_le_bytes());
+        d[8..12].copy_from_slice(&len.to_le_bytes());
+        d[12..14].copy_from_slice(&7u16.to_le_bytes());
+        // Available in the first lap: AVAIL = 1, USED = 0.
+        d[14..].copy_from_slice(&(write | 1 << 7).to_le_bytes());
+        g.write(DESC, &d);
+        let mut ring = packed_ring(&g, 0);
+        let mut segs = SegVec::with_capacity(8);
+        segs.limit_next(room);
+        let got = ring.next_chain(writable, &mut segs);
+        let ctx = format!("case {k}: {:?}", cases[k]);
+        assert_eq!(got, want, "{ctx}");
+        // What the refused chain appended is the caller's to drop; a good
+        // one's segments cover the buffer.
+        if let Popped::Chain(..) = got {
+            assert_eq!(segs.len(), nsegs, "{ctx}");
+            let total: u64 = segs.as_slice().iter().map(|s| u64::from(s.len())).sum();
+            assert_eq!(total, u64::from(len), "{ctx}");
+        }
+        // The buffer took its slot: the next one is not available.
+        assert_eq!(ring.next_chain(writable, &mut segs), Popped::Empty, "{ctx}");
+    }
+}
