@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use std::os::fd::AsFd;
 
+use super::{Seg, SegVec};
 use crate::sys::guarded::GuardedMap;
 
 /// Why a memory table was refused.
@@ -222,6 +223,23 @@ impl GuestMemory {
             }
         }
         self.translate_found(gpa, len, hint)
+    }
+
+    /// Appends `[gpa, gpa + len)` to `out` as one segment when the whole
+    /// buffer lies in one region and `out` has room: the rings' inline path
+    /// for a buffer of one direct descriptor. False, with nothing appended,
+    /// otherwise (the caller then takes its general walk). `hint` as in
+    /// [`Self::translate`].
+    #[inline(always)]
+    pub(crate) fn push_whole(
+        &self,
+        gpa: u64,
+        len: u32,
+        hint: &mut usize,
+        out: &mut SegVec,
+    ) -> bool {
+        self.translate(gpa, u64::from(len), hint)
+            .is_some_and(|hva| out.push(Seg { hva, len }))
     }
 
     /// [`Self::translate`] past its hint.

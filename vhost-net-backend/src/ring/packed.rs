@@ -303,16 +303,13 @@ impl PackedRing {
         }
         let d = self.read_desc_at(self.desc, usize::from(self.next_avail));
         let want = if writable { DESC_F_WRITE } else { 0 };
-        if d.flags & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == want && d.len > 0 {
-            let mut hint = self.hint;
-            if let Some(hva) = self.mem.translate(d.addr, u64::from(d.len), &mut hint) {
-                if out.push(Seg { hva, len: d.len }) {
-                    self.hint = hint;
-                    self.advance_avail(1);
-                    self.prefetch_ahead(writable);
-                    return Popped::Chain(UsedId::new(d.id, 1), d.len);
-                }
-            }
+        if d.flags & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == want
+            && d.len > 0
+            && self.mem.push_whole(d.addr, d.len, &mut self.hint, out)
+        {
+            self.advance_avail(1);
+            self.prefetch_ahead(writable);
+            return Popped::Chain(UsedId::new(d.id, 1), d.len);
         }
         self.next_chain_walk(writable, out)
     }

@@ -255,14 +255,11 @@ impl SplitRing {
         if head < self.size {
             let d = self.read_desc(self.desc, head);
             let want = if writable { DESC_F_WRITE } else { 0 };
-            if d.flags & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == want && d.len > 0 {
-                let mut hint = self.hint;
-                if let Some(hva) = self.mem.translate(d.addr, u64::from(d.len), &mut hint) {
-                    if out.push(Seg { hva, len: d.len }) {
-                        self.hint = hint;
-                        return Popped::Chain(UsedId::new(head, 1), d.len);
-                    }
-                }
+            if d.flags & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == want
+                && d.len > 0
+                && self.mem.push_whole(d.addr, d.len, &mut self.hint, out)
+            {
+                return Popped::Chain(UsedId::new(head, 1), d.len);
             }
         }
         self.next_chain_walk(head, writable, out)
