@@ -33,6 +33,17 @@ impl Guest {
         }
     }
 
+    /// Two adjacent regions: a buffer across their boundary (at `BASE +
+    /// MEM`) takes two segments.
+    fn two_regions() -> Self {
+        Self {
+            mem: Arc::new(GuestMemory::anonymous(&[
+                (BASE, MEM),
+                (BASE + MEM as u64, MEM),
+            ])),
+        }
+    }
+
     fn write(&self, gpa: u64, bytes: &[u8]) {
         let mut hint = 0;
         let hva = self
@@ -376,13 +387,9 @@ fn avail_index_too_far_ahead_breaks_the_ring() {
 
 #[test]
 fn buffer_spanning_two_regions_is_split() {
-    // Two adjacent regions; a buffer crossing the boundary becomes two
-    // segments and reads back whole.
-    let mem = Arc::new(GuestMemory::anonymous(&[
-        (BASE, MEM),
-        (BASE + MEM as u64, MEM),
-    ]));
-    let g = Guest { mem };
+    // A buffer crossing the regions' boundary becomes two segments and
+    // reads back whole.
+    let g = Guest::two_regions();
     let start = BASE + MEM as u64 - 100;
     let bytes: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
     g.write(start, &bytes[..100]);
@@ -611,10 +618,14 @@ fn packed_ring(g: &Guest, features: u64) -> super::packed::PackedRing {
 /// wrap counter is `wrap` (AVAIL = wrap, USED = !wrap).
 fn post_packed(g: &Guest, slot: u16, wrap: bool, id: u16) {
     let flags = WRITE | if wrap { 1 << 7 } else { 1 << 15 };
-    // A packed descriptor: addr, len, id, flags.
+    packed_desc(g, slot, DATA + 64 * u64::from(slot), 64, id, flags);
+}
+
+/// Writes a packed descriptor (addr, len, id, flags) at `slot`.
+fn packed_desc(g: &Guest, slot: u16, addr: u64, len: u32, id: u16, flags: u16) {
     let mut d = [0u8; 16];
-    d[..8].copy_from_slice(&(DATA + 64 * u64::from(slot)).to_le_bytes());
-    d[8..12].copy_from_slice(&64u32.to_le_bytes());
+    d[..8].copy_from_slice(&addr.to_le_bytes());
+    d[8..12].copy_from_slice(&len.to_le_bytes());
     d[12..14].copy_from_slice(&id.to_le_bytes());
     d[14..].copy_from_slice(&flags.to_le_bytes());
     g.write(DESC + 16 * u64::from(slot), &d);
@@ -700,16 +711,10 @@ fn packed_event_desc_counts_from_the_last_check_even_while_disabled() {
 /// good buffers of either direction and for every way one descriptor can
 /// be wrong or need the walk: the other direction, no length, an address
 /// outside memory, a buffer across two regions, a full segment list, a
-/// head out of range, a descriptor that says NEXT or INDIRECT.
+/// head out of range, a descriptor that says NEXT.
 #[test]
 fn split_single_descriptor_inline_path_matches_the_walk() {
-    // Two adjacent regions: a buffer across their boundary takes two
-    // segments.
-    let mem = Arc::new(GuestMemory::anonymous(&[
-        (BASE, MEM),
-        (BASE + MEM as u64, MEM),
-    ]));
-    let g = Guest { mem };
+    let g = Guest::two_regions();
     let edge = BASE + MEM as u64 - 100;
     // (head, addr, len, flags, next, writable, segment room)
     let cases: [(u16, u64, u32, u16, u16, bool, usize); 11] = [
@@ -768,11 +773,7 @@ fn split_single_descriptor_inline_path_matches_the_walk() {
 #[test]
 fn packed_single_descriptor_buffers_every_shape() {
     use super::{Popped, UsedId};
-    let mem = Arc::new(GuestMemory::anonymous(&[
-        (BASE, MEM),
-        (BASE + MEM as u64, MEM),
-    ]));
-    let g = Guest { mem };
+    let g = Guest::two_regions();
     let edge = BASE + MEM as u64 - 100;
     let (bad, addr, many) = (
         DropReason::BadDescriptor,
@@ -801,13 +802,8 @@ fn packed_single_descriptor_buffers_every_shape() {
         (DATA, 64, WRITE, true, 0, Popped::Bad(Some(id), many), 0),
     ];
     for (k, &(a, len, write, writable, room, want, nsegs)) in cases.iter().enumerate() {
-        let mut d = [0u8; 16];
-        d[..8].copy_from_slice(&a.to_le_bytes());
-        d[8..12].copy_from_slice(&len.to_le_bytes());
-        d[12..14].copy_from_slice(&7u16.to_le_bytes());
         // Available in the first lap: AVAIL = 1, USED = 0.
-        d[14..].copy_from_slice(&(write | 1 << 7).to_le_bytes());
-        g.write(DESC, &d);
+        packed_desc(&g, 0, a, len, 7, write | 1 << 7);
         let mut ring = packed_ring(&g, 0);
         let mut segs = SegVec::with_capacity(8);
         segs.limit_next(room);
