@@ -438,26 +438,34 @@ impl PackedRing {
         }
     }
 
-    /// Warms the cache for what follows, so that the misses on lines the
-    /// driver's core wrote overlap instead of queueing one frame at a time:
-    /// the descriptor line two lines on (four descriptors a line) and, for
-    /// RX, the first two lines of the buffer [`BUF_AHEAD`](super::BUF_AHEAD)
-    /// slots on when it is available, asked for writing (why: the split
-    /// ring's `prefetch_ahead`; TX buffers are warmed by the burst that
-    /// parses them). A hint only: that descriptor is read without
-    /// ordering, a bad address is skipped here and refused by `next_chain`
-    /// as usual.
+    /// Warms the cache for what follows an RX buffer, so that the misses
+    /// on lines the driver's core wrote overlap instead of queueing one
+    /// frame at a time: the descriptor line two lines on (four descriptors
+    /// a line) and the first two lines of the buffer
+    /// [`BUF_AHEAD`](super::BUF_AHEAD) slots on when it is available, both
+    /// asked for writing (why: the split ring's `prefetch_ahead`). A hint
+    /// only: that descriptor is read without ordering, a bad address is
+    /// skipped here and refused by `next_chain` as usual.
+    ///
+    /// Nothing for TX: its buffers are warmed by the burst that parses them,
+    /// and its descriptor lines are left alone. A packed driver makes each
+    /// TX descriptor available on its own, so a backend that keeps up reads
+    /// at the driver's frontier, and a line taken ahead of it is one the
+    /// driver is about to write: taking it away costs the driver a round
+    /// trip per line, and the loop runs at the driver's pace (BENCHMARKS.md,
+    /// "Packed TX descriptor lines left to the driver"). A driver keeps its
+    /// RX ring filled, so the RX lines ahead were written long before.
     #[inline(always)]
     fn prefetch_ahead(&self, writable: bool) {
-        let (next, size) = (usize::from(self.next_avail), usize::from(self.size));
-        // No division per frame: only past the ring's end (any size).
-        let wrap = |i: usize| if i < size { i } else { i % size };
-        // Asked for writing: the used descriptors go into these lines.
-        super::prefetch(
-            self.desc + 16 * wrap(next + usize::from(super::DESC_AHEAD)),
-            true,
-        );
         if writable {
+            let (next, size) = (usize::from(self.next_avail), usize::from(self.size));
+            // No division per frame: only past the ring's end (any size).
+            let wrap = |i: usize| if i < size { i } else { i % size };
+            // Asked for writing: the used descriptors go into these lines.
+            super::prefetch(
+                self.desc + 16 * wrap(next + usize::from(super::DESC_AHEAD)),
+                true,
+            );
             let d = self.read_desc_at(self.desc, wrap(next + usize::from(super::BUF_AHEAD)));
             if self.is_avail(d.flags) && d.flags & DESC_F_INDIRECT == 0 {
                 let mut hint = self.hint;
