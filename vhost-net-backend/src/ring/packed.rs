@@ -453,8 +453,9 @@ impl PackedRing {
     /// at the driver's frontier, and a line taken ahead of it is one the
     /// driver is about to write: taking it away costs the driver a round
     /// trip per line, and the loop runs at the driver's pace (BENCHMARKS.md,
-    /// "Packed TX descriptor lines left to the driver"). A driver keeps its
-    /// RX ring filled, so the RX lines ahead were written long before.
+    /// "Another host, and packed TX descriptor lines left to the driver").
+    /// A driver keeps its RX ring filled, so the RX lines ahead were
+    /// written long before.
     #[inline(always)]
     fn prefetch_ahead(&self, writable: bool) {
         if writable {
