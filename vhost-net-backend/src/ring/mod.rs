@@ -355,7 +355,8 @@ impl SegVec {
 /// header, the head of a frame, a 64-byte frame) are done inline with
 /// overlapping unaligned loads, all loads before all stores, so they avoid a
 /// `memmove` call and stay correct if a hostile guest makes the two ranges
-/// overlap; larger ones use `ptr::copy`.
+/// overlap; from [`LINE_COPY_MIN`] bytes on, ranges that do not overlap go
+/// through [`copy_lines`] on CPUs with AVX-512; the rest use `ptr::copy`.
 ///
 /// # Safety
 /// `src` must be readable and `dst` writable for `n` bytes.
@@ -392,7 +393,97 @@ unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
             wr(dst.cast::<[u128; 2]>(), a);
             wr(dst.add(n - 32).cast::<[u128; 2]>(), b);
         } else {
+            #[cfg(target_arch = "x86_64")]
+            if n >= LINE_COPY_MIN
+                && std::arch::is_x86_feature_detected!("avx512f")
+                && ((dst as usize) + n <= src as usize || (src as usize) + n <= dst as usize)
+            {
+                copy_lines(dst, src, n);
+                return;
+            }
             std::ptr::copy(src, dst, n);
+        }
+    }
+}
+
+/// Copies this long or longer go through [`copy_lines`] where the CPU
+/// allows. A 1514-byte frame takes 25 lines.
+const LINE_COPY_MIN: usize = 256;
+
+/// Copies `n >= 64` bytes between ranges that do not overlap, storing
+/// whole 64-byte destination lines, each with one aligned AVX-512 store
+/// (the first and last 64 bytes with unaligned ones).
+///
+/// A frame written into a guest buffer usually comes from memory that the
+/// cache no longer holds (a 1024-entry ring circulates megabytes); there
+/// this is 2.5-3.4 % faster per 1514-byte frame than `ptr::copy` (glibc's
+/// `memmove`), measured in one run with both (BENCHMARKS.md, "Another host,
+/// and packed TX descriptor lines left to the driver").
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for `n` bytes, `n >= 64`, the
+/// two ranges must not overlap, and the CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn copy_lines(dst: *mut u8, src: *const u8, n: usize) {
+    debug_assert!(n >= 64);
+    // SAFETY: every access is 64 bytes at an offset in `[0, n - 64]` of both
+    // ranges, which the caller guarantees valid; the aligned store's address
+    // is a multiple of 64 by construction (`i` starts at the first line
+    // boundary of `dst` past its start). The ranges do not overlap, so no
+    // load reads a byte this copy stored.
+    unsafe {
+        copy_line::<false>(dst, src);
+        let mut i = 64 - (dst as usize & 63);
+        while i + 64 <= n {
+            copy_line::<true>(dst.add(i), src.add(i));
+            i += 64;
+        }
+        if i < n {
+            copy_line::<false>(dst.add(n - 64), src.add(n - 64));
+        }
+        // The upper halves of the vector registers are dirty; SSE code
+        // after this would pay for it on every instruction until cleared.
+        std::arch::asm!(
+            "vzeroupper",
+            clobber_abi("C"),
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// Copies 64 bytes with one AVX-512 load and one store, aligned when
+/// `ALIGNED`. Written as assembly: the AVX-512 intrinsics need a newer
+/// compiler than the workspace's minimum.
+///
+/// # Safety
+/// `src` readable and `dst` writable for 64 bytes, `dst` 64-aligned when
+/// `ALIGNED`, and the CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn copy_line<const ALIGNED: bool>(dst: *mut u8, src: *const u8) {
+    // SAFETY: the caller's contract; the block touches `zmm0` (declared)
+    // and no stack or flags.
+    unsafe {
+        if ALIGNED {
+            std::arch::asm!(
+                "vmovdqu64 zmm0, [{s}]",
+                "vmovdqa64 [{d}], zmm0",
+                s = in(reg) src,
+                d = in(reg) dst,
+                out("zmm0") _,
+                options(nostack, preserves_flags)
+            );
+        } else {
+            std::arch::asm!(
+                "vmovdqu64 zmm0, [{s}]",
+                "vmovdqu64 [{d}], zmm0",
+                s = in(reg) src,
+                d = in(reg) dst,
+                out("zmm0") _,
+                options(nostack, preserves_flags)
+            );
         }
     }
 }

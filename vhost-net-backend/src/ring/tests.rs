@@ -444,6 +444,55 @@ fn writer_spreads_over_segments() {
     assert_eq!(g.read(DATA + 100, 7), b" world!");
 }
 
+/// Every length and alignment `copy_bytes` takes copies exactly its bytes,
+/// nothing before and nothing after: the inline small copies, the line copy
+/// from `LINE_COPY_MIN` bytes on (on CPUs with AVX-512, as CI's), and
+/// `ptr::copy` otherwise.
+#[test]
+fn copy_bytes_copies_exactly_at_every_length_and_alignment() {
+    let src: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+    let lens = [
+        0, 1, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 255, 256, 257, 300, 511,
+        1514, 2048, 4096,
+    ];
+    for n in lens {
+        for (so, dof) in [(0, 0), (1, 0), (0, 1), (5, 63), (63, 17), (32, 32)] {
+            let mut dst = vec![0xeeu8; 4300];
+            let at = 64 + dof;
+            // SAFETY: both ranges lie inside their vectors (`at + n` and
+            // `so + n` are at most 4224 and 4159).
+            unsafe { super::copy_bytes(dst.as_mut_ptr().add(at), src.as_ptr().add(so), n) };
+            assert_eq!(
+                &dst[at..at + n],
+                &src[so..so + n],
+                "{n} bytes, src +{so}, dst +{dof}"
+            );
+            assert!(
+                dst[..at].iter().chain(&dst[at + n..]).all(|&b| b == 0xee),
+                "{n} bytes, src +{so}, dst +{dof}: wrote outside the range"
+            );
+        }
+    }
+}
+
+/// Ranges that overlap (a hostile guest's buffers) copy as `memmove`
+/// would, whichever path the length takes.
+#[test]
+fn copy_bytes_overlapping_ranges_copy_as_memmove() {
+    for n in [16, 64, 256, 1514] {
+        for shift in [-65isize, -64, -1, 1, 63, 64, 200] {
+            let mut got: Vec<u8> = (0..4000u32).map(|i| i as u8 ^ 0x5a).collect();
+            let mut want = got.clone();
+            let (from, to) = (1000usize, 1000usize.checked_add_signed(shift).unwrap());
+            let p = got.as_mut_ptr();
+            // SAFETY: both ranges lie inside `got` (at most 1200 + 1514).
+            unsafe { super::copy_bytes(p.add(to), p.add(from), n) };
+            want.copy_within(from..from + n, to);
+            assert!(got == want, "{n} bytes shifted by {shift}");
+        }
+    }
+}
+
 #[test]
 fn event_idx_notification_follows_used_event() {
     let g = Guest::new();
