@@ -411,8 +411,8 @@ unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
 const LINE_COPY_MIN: usize = 256;
 
 /// Copies `n >= 64` bytes between ranges that do not overlap, storing
-/// whole 64-byte destination lines, each with one aligned AVX-512 store
-/// (the first and last 64 bytes with unaligned ones).
+/// whole 64-byte destination lines, each with one AVX-512 store at a line
+/// boundary (the first and last 64 bytes wherever they fall).
 ///
 /// A frame written into a guest buffer usually comes from memory that the
 /// cache no longer holds (a 1024-entry ring circulates megabytes); there
@@ -428,19 +428,19 @@ const LINE_COPY_MIN: usize = 256;
 unsafe fn copy_lines(dst: *mut u8, src: *const u8, n: usize) {
     debug_assert!(n >= 64);
     // SAFETY: every access is 64 bytes at an offset in `[0, n - 64]` of both
-    // ranges, which the caller guarantees valid; the aligned store's address
-    // is a multiple of 64 by construction (`i` starts at the first line
-    // boundary of `dst` past its start). The ranges do not overlap, so no
-    // load reads a byte this copy stored.
+    // ranges, which the caller guarantees valid (`i` starts at the first
+    // line boundary of `dst` past its start, so the loop's stores fill
+    // whole lines). The ranges do not overlap, so no load reads a byte this
+    // copy stored.
     unsafe {
-        copy_line::<false>(dst, src);
+        copy_line(dst, src);
         let mut i = 64 - (dst as usize & 63);
         while i + 64 <= n {
-            copy_line::<true>(dst.add(i), src.add(i));
+            copy_line(dst.add(i), src.add(i));
             i += 64;
         }
         if i < n {
-            copy_line::<false>(dst.add(n - 64), src.add(n - 64));
+            copy_line(dst.add(n - 64), src.add(n - 64));
         }
         // The upper halves of the vector registers are dirty; SSE code
         // after this would pay for it on every instruction until cleared.
@@ -452,39 +452,30 @@ unsafe fn copy_lines(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
-/// Copies 64 bytes with one AVX-512 load and one store, aligned when
-/// `ALIGNED`. Written as assembly: the AVX-512 intrinsics need a newer
-/// compiler than the workspace's minimum.
+/// Copies 64 bytes with one AVX-512 load and one store. Written as
+/// assembly: the AVX-512 intrinsics need a newer compiler than the
+/// workspace's minimum. `vmovdqu64` costs what `vmovdqa64` does when the
+/// address is aligned: the line loop's stores are, the first and last
+/// need not be.
 ///
 /// # Safety
-/// `src` readable and `dst` writable for 64 bytes, `dst` 64-aligned when
-/// `ALIGNED`, and the CPU has AVX-512F.
+/// `src` readable and `dst` writable for 64 bytes, and the CPU has
+/// AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn copy_line<const ALIGNED: bool>(dst: *mut u8, src: *const u8) {
+unsafe fn copy_line(dst: *mut u8, src: *const u8) {
     // SAFETY: the caller's contract; the block touches `zmm0` (declared)
     // and no stack or flags.
     unsafe {
-        if ALIGNED {
-            std::arch::asm!(
-                "vmovdqu64 zmm0, [{s}]",
-                "vmovdqa64 [{d}], zmm0",
-                s = in(reg) src,
-                d = in(reg) dst,
-                out("zmm0") _,
-                options(nostack, preserves_flags)
-            );
-        } else {
-            std::arch::asm!(
-                "vmovdqu64 zmm0, [{s}]",
-                "vmovdqu64 [{d}], zmm0",
-                s = in(reg) src,
-                d = in(reg) dst,
-                out("zmm0") _,
-                options(nostack, preserves_flags)
-            );
-        }
+        std::arch::asm!(
+            "vmovdqu64 zmm0, [{s}]",
+            "vmovdqu64 [{d}], zmm0",
+            s = in(reg) src,
+            d = in(reg) dst,
+            out("zmm0") _,
+            options(nostack, preserves_flags)
+        );
     }
 }
 
