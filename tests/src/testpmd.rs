@@ -692,6 +692,10 @@ pub struct Throughput {
     /// of the busy-polling loops. Should be ~0; with two cores, 0.05 is a
     /// tenth of one core.
     pub foreign: f64,
+    /// This testpmd's own forwarding cycles over the window, when it runs
+    /// with `--record-core-cycles` ([`Testpmd::core_cycles`]): what the
+    /// frontend spends per frame with each backend.
+    pub cycles: Option<CoreCycles>,
 }
 
 impl Throughput {
@@ -1581,6 +1585,8 @@ impl Testpmd {
         pids.extend_from_slice(peers);
         let ours = || pids.iter().map(|&p| process_ticks(p)).sum::<u64>();
         std::thread::sleep(warmup);
+        let records = self.args.iter().any(|a| a == "--record-core-cycles");
+        let ca = records.then(|| self.core_cycles()).flatten();
         let a = self.total_stats();
         let t0 = Instant::now();
         let (b0, s0, c0) = cpu_ticks();
@@ -1590,6 +1596,7 @@ impl Testpmd {
         mark(true);
         let b = self.total_stats();
         let elapsed = t0.elapsed();
+        let cb = records.then(|| self.core_cycles()).flatten();
         let (b1, s1, c1) = cpu_ticks();
         let p1 = ours();
         let total = c1.saturating_sub(c0).max(1) as f64;
@@ -1604,6 +1611,7 @@ impl Testpmd {
             tx_pps: b.tx_pps,
             steal: s1.saturating_sub(s0) as f64 / total,
             foreign: foreign as f64 / total,
+            cycles: ca.zip(cb).map(|(a, b)| b.since(&a)),
         }
     }
 

@@ -47,6 +47,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::cell::Cell;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -344,6 +345,20 @@ impl LoopCycles {
     }
 }
 
+thread_local! {
+    /// Whether this thread's [`PollLoop`] found nothing on its last round.
+    static SPARE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the last round of this thread's [`PollLoop`] found nothing to
+/// do: the burst that follows runs while the thread has cycles to spare
+/// (the other side, not this thread, bounds the traffic). False on a
+/// thread without a `PollLoop`, and after any round that moved frames.
+#[inline]
+pub(crate) fn spare_cycles() -> bool {
+    SPARE.with(Cell::get)
+}
+
 /// The busy / adaptive / interrupt loop of a data-plane thread, driven one
 /// round at a time (see the [module documentation](self)). It also counts
 /// where the thread's cycles go ([`PollLoop::cycles`]): each round is
@@ -401,6 +416,7 @@ impl PollLoop {
     fn charge(&mut self, moved: usize) -> u64 {
         let now = crate::sys::tsc();
         let d = now.wrapping_sub(self.mark);
+        SPARE.with(|s| s.set(moved == 0));
         // Relaxed stores: one writer; readers want totals, not an order.
         if moved > 0 {
             self.busy += d;
@@ -562,6 +578,29 @@ mod tests {
         assert!(c.idle_cycles.load(Ordering::Relaxed) > 0);
         let f = c.busy_fraction().unwrap();
         assert!(f > 0.0 && f < 1.0, "{f}");
+    }
+
+    /// A round that found nothing leaves its thread with cycles to spare
+    /// for the next burst; a round that moved frames does not; a thread
+    /// without a loop has none (on a thread of its own: the harness may run
+    /// tests one after another on one thread).
+    #[test]
+    fn spare_cycles_follow_the_last_round_of_this_thread() {
+        std::thread::spawn(|| {
+            let (mut p, _a, _b) = poller_and_two_eventfds();
+            let mut q = FakeQueues::default();
+            let mut l = PollLoop::new(PollMode::Busy, Duration::ZERO);
+            assert!(!spare_cycles());
+            l.round(0, false, &mut q, &mut p).unwrap();
+            assert!(spare_cycles());
+            assert!(!std::thread::spawn(spare_cycles).join().unwrap());
+            l.round(5, false, &mut q, &mut p).unwrap();
+            assert!(!spare_cycles());
+            l.round(0, false, &mut q, &mut p).unwrap();
+            assert!(spare_cycles());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -9,8 +9,11 @@
 //! ```text
 //! vs-dpdk [--reps N] [--sizes 64,1514] [--huge no|yes|both] [--rings split,packed]
 //!         [--in-order default,0,1] [--queue-size 256,1024] [--warmup SECS]
-//!         [--window SECS] [--histogram]
+//!         [--window SECS] [--histogram] [--bursts N]
 //! ```
+//!
+//! `--bursts N`: the frontend injects N bursts of 32 frames (`start
+//! tx_first N`; 32 unless given), the frames that then circulate.
 //!
 //! `--queue-size` sets virtio-user's `queue_size=` (and testpmd's
 //! `--txd`/`--rxd` to match); 256, virtio-user's default, unless given.
@@ -41,6 +44,11 @@
 //! instructions true` counts), `perf stat` of each backend process over the
 //! window adds cycles and instructions per frame; where it has none, the
 //! program says so.
+//!
+//! The frontend runs with `--record-core-cycles` too, and each run prints
+//! its cycles per frame over the window (the same count as DPDK's backend
+//! above): where the frontend bounds the loop, this says what the loop costs
+//! it with each backend.
 //!
 //! `--histogram` runs echo with `--histogram` and prints, per run, how full
 //! its bursts were and what each left in the rings (whole run, warm-up
@@ -87,6 +95,8 @@ struct Args {
     window: Duration,
     /// Echo prints how full its bursts were (`echo --histogram`).
     histogram: bool,
+    /// Bursts of 32 frames the frontend injects (`start tx_first N`).
+    bursts: u32,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -100,6 +110,7 @@ fn parse_args() -> Result<Args, String> {
         warmup: Duration::from_secs(3),
         window: Duration::from_secs(5),
         histogram: false,
+        bursts: 32,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -155,6 +166,12 @@ fn parse_args() -> Result<Args, String> {
             "--warmup" => a.warmup = Duration::from_secs(v()?.parse().map_err(|e| format!("{e}"))?),
             "--window" => a.window = Duration::from_secs(v()?.parse().map_err(|e| format!("{e}"))?),
             "--histogram" => a.histogram = true,
+            "--bursts" => {
+                a.bursts = match v()?.parse::<u32>() {
+                    Ok(n) if (1..=1024).contains(&n) => n,
+                    _ => return Err("--bursts: a count from 1 to 1024".into()),
+                }
+            }
             o => return Err(format!("unknown argument {o}")),
         }
     }
@@ -290,6 +307,7 @@ fn run(backend: Backend, row: Row, a: &Args, perf: bool) -> Result<(Throughput, 
     }
     let mut fe = FrontendOpts::new(&socket);
     fe.port.hugepages = huge;
+    fe.port.extra_args.push("--record-core-cycles".into());
     fe.pkt_len = Some(size);
     fe.packed_vq = packed.then_some(true);
     fe.in_order = in_order;
@@ -299,7 +317,7 @@ fn run(backend: Backend, row: Row, a: &Args, perf: bool) -> Result<(Throughput, 
     let mut fe = Testpmd::spawn(&fe);
     fe.wait_ready(Duration::from_secs(60));
     fe.wait_link_up(Duration::from_secs(30));
-    fe.start_tx_first(32);
+    fe.start_tx_first(a.bursts);
     let peers: Vec<u32> = echo
         .iter()
         .map(|e| e.pid())
@@ -426,6 +444,15 @@ fn noise((t, _): &(Throughput, Headroom)) -> Option<String> {
     })
 }
 
+/// The median, or NaN (printed as such) when no run gave the figure.
+fn median_or_nan(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        bench::median(v)
+    }
+}
+
 fn io_name(v: Option<bool>) -> &'static str {
     match v {
         None => "default",
@@ -473,6 +500,8 @@ fn main() -> ExitCode {
                     };
                     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
                     let (mut ours_cy, mut theirs_cy) = (Vec::new(), Vec::new());
+                    // The frontend's own cycles per frame with each backend.
+                    let (mut ours_fe, mut theirs_fe) = (Vec::new(), Vec::new());
                     let (mut ours_busy, mut theirs_busy) = (Vec::new(), Vec::new());
                     let (mut ours_near, mut theirs_near) = (Vec::new(), Vec::new());
                     let (mut ours_far, mut theirs_far) = (Vec::new(), Vec::new());
@@ -492,7 +521,7 @@ fn main() -> ExitCode {
                             println!(
                             "run huge={huge} ring={} queue_size={qs} in_order={} size={size} rep={rep} backend={b:?}: {:.2} Mpps \
                              (host clock {:.2}, avg frame {:.1} B, foreign cpu {:.1} %, steal {:.1} %), \
-                             busy {:.0} cycles/frame, {:.0} % of its core{}; cores {place} (c2c {:.0}/{:.0} ns){}",
+                             busy {:.0} cycles/frame, {:.0} % of its core{}; frontend {}; cores {place} (c2c {:.0}/{:.0} ns){}",
                             if packed { "packed" } else { "split" },
                             io_name(in_order),
                             t.mpps(),
@@ -505,6 +534,10 @@ fn main() -> ExitCode {
                             head.perf.map_or_else(String::new, |(c, i)| format!(
                                 ", perf {c:.0} cycles {i:.0} instructions/frame"
                             )),
+                            t.cycles.and_then(|c| Some((c.per_packet()?, c.fraction_of(t.window)?))).map_or_else(
+                                || "no cycles".to_owned(),
+                                |(p, f)| format!("{p:.0} cycles/frame, {:.0} % of its core", f * 100.0)
+                            ),
                             c2c.0,
                             c2c.1,
                             if noisy { " NOISY" } else { "" }
@@ -523,11 +556,13 @@ fn main() -> ExitCode {
                                 Backend::Ours => {
                                     ours.push(t.mpps());
                                     ours_cy.push(head.per_frame);
+                                    ours_fe.extend(t.cycles.and_then(|c| c.per_packet()));
                                     ours_busy.push(head.fraction);
                                 }
                                 Backend::Dpdk => {
                                     theirs.push(t.mpps());
                                     theirs_cy.push(head.per_frame);
+                                    theirs_fe.extend(t.cycles.and_then(|c| c.per_packet()));
                                     theirs_busy.push(head.fraction);
                                 }
                             }
@@ -542,6 +577,8 @@ fn main() -> ExitCode {
                         &mut theirs_cy,
                         &mut ours_busy,
                         &mut theirs_busy,
+                        &mut ours_fe,
+                        &mut theirs_fe,
                     ] {
                         v.sort_by(f64::total_cmp);
                     }
@@ -550,6 +587,8 @@ fn main() -> ExitCode {
                         bench::median(&theirs_cy),
                         bench::median(&ours_busy),
                         bench::median(&theirs_busy),
+                        median_or_nan(&ours_fe),
+                        median_or_nan(&theirs_fe),
                     ];
                     summary.push((
                         huge,
@@ -568,9 +607,10 @@ fn main() -> ExitCode {
         }
     }
     println!();
-    println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | busy cycles/frame ours / DPDK | busy share of the core ours / DPDK | runs ours | runs DPDK | CPUs near: runs ours / DPDK, median ratio | CPUs far: runs ours / DPDK, median ratio |");
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---|");
-    for (huge, (packed, qs), in_order, size, mo, md, o, d, [oc, dc, ob, db], [near, far]) in summary
+    println!("| hugepages | ring | in_order | frame | ours (echo busy) median Mpps | DPDK vhost PMD median Mpps | ratio ours/DPDK | busy cycles/frame ours / DPDK | busy share of the core ours / DPDK | frontend cycles/frame with ours / with DPDK | runs ours | runs DPDK | CPUs near: runs ours / DPDK, median ratio | CPUs far: runs ours / DPDK, median ratio |");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|");
+    for (huge, (packed, qs), in_order, size, mo, md, o, d, [oc, dc, ob, db, of, df], [near, far]) in
+        summary
     {
         // Ratios within one placement: the CPUs' distance moves both
         // backends' figures by up to 3x, more than the backends differ.
@@ -588,7 +628,7 @@ fn main() -> ExitCode {
         };
         let (near, far) = (class(near), class(far));
         println!(
-            "| {} | {} {qs} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {oc:.0} / {dc:.0} | {:.0} % / {:.0} % | {} | {} | {near} | {far} |",
+            "| {} | {} {qs} | {} | {size} B | {mo:.2} | {md:.2} | {:.2} | {oc:.0} / {dc:.0} | {:.0} % / {:.0} % | {of:.0} / {df:.0} | {} | {} | {near} | {far} |",
             if huge { "yes" } else { "no" },
             if packed { "packed" } else { "split" },
             io_name(in_order),

@@ -71,6 +71,12 @@ impl RxBurst<'_> {
     /// does not fit (`TooLong`), the guest did not ack the offload the header
     /// asks for (`OffloadUnsupported`), or the guest's buffers are malformed.
     ///
+    /// When the thread's [`crate::poll::PollLoop`] found nothing on its last
+    /// round, the first two lines written (the header and the frame's head)
+    /// are then handed to the shared cache (`CLDEMOTE`), where the guest's
+    /// core reads them sooner than from this core's: the loop has the
+    /// cycles, and the guest bounds the traffic.
+    ///
     /// Hot path: no allocation, no lock, no syscall.
     pub fn push<S: FrameSource + ?Sized>(
         &mut self,
@@ -220,6 +226,13 @@ impl RxQueue {
         w.write_hdr(lo, hi, hdr_len);
         frame.copy_into(&mut FrameWriter::guest(&mut w));
         let mut remaining = w.written();
+        if crate::poll::spare_cycles() {
+            // The loop waits for the guest, not the other way round: hand it
+            // the lines it reads first (`demote_buffer`).
+            if let Some(seg) = v.segs.as_slice().first() {
+                crate::ring::demote_buffer(seg.hva(), remaining.min(seg.len() as usize));
+            }
+        }
         ring.log_write(v.segs.as_slice(), remaining);
         let bytes = remaining.saturating_sub(hdr_len);
         let l = remaining.min(first_len as usize);
