@@ -572,16 +572,6 @@ fn main() -> ExitCode {
                     ours.sort_by(f64::total_cmp);
                     theirs.sort_by(f64::total_cmp);
                     let (mo, md) = (bench::median(&ours), bench::median(&theirs));
-                    for v in [
-                        &mut ours_cy,
-                        &mut theirs_cy,
-                        &mut ours_busy,
-                        &mut theirs_busy,
-                        &mut ours_fe,
-                        &mut theirs_fe,
-                    ] {
-                        v.sort_by(f64::total_cmp);
-                    }
                     let headroom = [
                         bench::median(&ours_cy),
                         bench::median(&theirs_cy),
