@@ -172,6 +172,14 @@ impl Vring {
         }
     }
 
+    /// Buffers the driver has made available and the device has not taken,
+    /// counting at most `max` (ring changes picked up first; 0 while the ring
+    /// is not running).
+    pub(super) fn count_avail(&mut self, max: usize) -> usize {
+        self.sync();
+        self.ring.as_mut().map_or(0, |r| r.count_avail(max))
+    }
+
     #[cold]
     fn apply(&mut self) {
         let shared = Arc::clone(&self.shared);

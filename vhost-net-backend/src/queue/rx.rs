@@ -38,8 +38,7 @@ impl RxQueue {
     /// most `max` (for packed rings an upper bound: a buffer may take
     /// several descriptors).
     pub fn available(&mut self, max: usize) -> usize {
-        self.vring.sync();
-        self.vring.ring.as_mut().map_or(0, |r| r.count_avail(max))
+        self.vring.count_avail(max)
     }
 
     /// Asks the guest to kick when it posts buffers; returns true if

@@ -302,20 +302,12 @@ impl TxQueue {
     /// are still unused; packed: the flags of the next descriptor). For a
     /// loop's idle check: [`TxQueue::pending`] counts them all.
     pub fn has_pending(&mut self) -> bool {
-        self.vring.sync();
-        self.vring
-            .ring
-            .as_mut()
-            .is_some_and(|r| r.count_avail(1) > 0)
+        self.vring.count_avail(1) > 0
     }
 
     /// Frames waiting in the ring (reads the driver's index).
     pub fn pending(&mut self) -> usize {
-        self.vring.sync();
-        self.vring
-            .ring
-            .as_mut()
-            .map_or(0, |r| r.count_avail(usize::from(u16::MAX)))
+        self.vring.count_avail(usize::from(u16::MAX))
     }
 
     /// Asks the guest to kick when it transmits; returns true if frames
