@@ -169,6 +169,9 @@ impl RxQueue {
                 return Err(reason);
             }
         };
+        if need > 128 {
+            ring.prefetch_next_body(need);
+        }
         let mut more = 0usize;
         let mut cap = first_len as usize;
         if cap < need && !mrg {

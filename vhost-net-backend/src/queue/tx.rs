@@ -178,7 +178,9 @@ impl TxQueue {
     /// descriptors are read first, and the first lines of every frame asked
     /// for, before any frame is read, so the misses on lines the driver's
     /// core wrote overlap instead of coming one frame at a time (DPDK's
-    /// vhost library batches its small copies for the same reason).
+    /// vhost library batches its small copies for the same reason). The
+    /// rest of a large frame's first buffer is asked for while the frame
+    /// before it is handed out.
     ///
     /// Hot path: no allocation, no lock, no syscall except at most one
     /// eventfd write per burst.
@@ -256,7 +258,16 @@ impl TxQueue {
 
             // Hand the batch's frames out, in order.
             let all = v.segs.as_slice();
-            for p in &batch[..k] {
+            for (j, p) in batch[..k].iter().enumerate() {
+                // The next frame's lines past its head, asked for while this
+                // one is copied (its head was warmed when it was parsed).
+                if let Some(seg) = batch[..k]
+                    .get(j + 1)
+                    .filter(|q| q.end > q.start)
+                    .and_then(|q| all.get(q.start as usize))
+                {
+                    crate::ring::prefetch_body(seg.hva(), seg.len() as usize, false);
+                }
                 n += 1;
                 if let Some(reason) = p.bad {
                     v.counters.drop(reason);

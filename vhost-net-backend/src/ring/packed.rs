@@ -477,6 +477,22 @@ impl PackedRing {
         }
     }
 
+    /// Warms the buffer at the avail position past its head, for writing
+    /// `len` bytes ([`super::Ring::prefetch_next_body`]). Reads only what
+    /// the driver made available; a bad address is skipped here and refused
+    /// by `next_chain` as usual.
+    #[inline(always)]
+    pub(crate) fn prefetch_next_body(&self, len: usize) {
+        let d = self.read_desc_at(self.desc, usize::from(self.next_avail));
+        if self.is_avail(d.flags) && d.flags & DESC_F_INDIRECT == 0 {
+            let len = len.min(d.len as usize);
+            let mut hint = self.hint;
+            if let Some(hva) = self.mem.translate(d.addr, len as u64, &mut hint) {
+                super::prefetch_body(hva, len, true);
+            }
+        }
+    }
+
     /// Validates one descriptor of a chain and appends its buffer(s).
     #[inline]
     fn take_desc(
