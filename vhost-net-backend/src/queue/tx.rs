@@ -261,12 +261,14 @@ impl TxQueue {
             for (j, p) in batch[..k].iter().enumerate() {
                 // The next frame's lines past its head, asked for while this
                 // one is copied (its head was warmed when it was parsed).
-                if let Some(seg) = batch[..k]
-                    .get(j + 1)
-                    .filter(|q| q.end > q.start)
-                    .and_then(|q| all.get(q.start as usize))
-                {
-                    crate::ring::prefetch_body(seg.hva(), seg.len() as usize, false);
+                // One compare for a small frame: nothing past its head.
+                if let Some(q) = batch[..k].get(j + 1).filter(|q| q.len > 128) {
+                    if let Some(seg) = all
+                        .get(q.start as usize..q.end as usize)
+                        .and_then(|s| s.first())
+                    {
+                        crate::ring::prefetch_body(seg.hva(), seg.len() as usize, false);
+                    }
                 }
                 n += 1;
                 if let Some(reason) = p.bad {
