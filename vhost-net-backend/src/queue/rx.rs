@@ -169,7 +169,7 @@ impl RxQueue {
                 return Err(reason);
             }
         };
-        if need > 128 {
+        if need > crate::ring::HEAD_WARM {
             ring.prefetch_next_body(need);
         }
         let mut more = 0usize;

@@ -262,7 +262,10 @@ impl TxQueue {
                 // The next frame's lines past its head, asked for while this
                 // one is copied (its head was warmed when it was parsed).
                 // One compare for a small frame: nothing past its head.
-                if let Some(q) = batch[..k].get(j + 1).filter(|q| q.len > 128) {
+                if let Some(q) = batch[..k]
+                    .get(j + 1)
+                    .filter(|q| q.len as usize > crate::ring::HEAD_WARM)
+                {
                     if let Some(seg) = all
                         .get(q.start as usize..q.end as usize)
                         .and_then(|s| s.first())

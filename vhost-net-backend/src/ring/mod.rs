@@ -501,6 +501,11 @@ const DESC_AHEAD: u16 = 8;
 /// the buffer's lines arrive before the frames between are written.
 const BUF_AHEAD: u16 = 3;
 
+/// The bytes at a buffer's start that [`prefetch_buffer`] warms (two
+/// lines, wherever the buffer starts); a frame no longer than this has
+/// nothing for [`prefetch_body`].
+pub(crate) const HEAD_WARM: usize = 128;
+
 /// Warms the first two lines of a buffer of `len` bytes at `hva`: a small
 /// frame and its virtio-net header, which cross a line boundary wherever
 /// the driver puts the buffer (virtio-user puts the header in the line
@@ -529,7 +534,7 @@ const BODY_LINES: usize = 32;
 pub(crate) fn prefetch_body(hva: usize, len: usize, write: bool) {
     // The mapping holds the buffer, so the sum cannot overflow.
     let end = hva + len.min(BODY_LINES * 64);
-    let mut line = (hva & !63) + 128;
+    let mut line = (hva & !63) + HEAD_WARM;
     while line < end {
         prefetch(line, write);
         line += 64;

@@ -467,8 +467,7 @@ impl PackedRing {
                 self.desc + 16 * wrap(next + usize::from(super::DESC_AHEAD)),
                 true,
             );
-            let d = self.read_desc_at(self.desc, wrap(next + usize::from(super::BUF_AHEAD)));
-            if self.is_avail(d.flags) && d.flags & DESC_F_INDIRECT == 0 {
+            if let Some(d) = self.posted_direct(wrap(next + usize::from(super::BUF_AHEAD))) {
                 let mut hint = self.hint;
                 if let Some(hva) = self.mem.translate(d.addr, 1, &mut hint) {
                     super::prefetch_buffer(hva, d.len, true);
@@ -477,14 +476,22 @@ impl PackedRing {
         }
     }
 
+    /// The descriptor at `slot` if the driver made it available as one
+    /// direct buffer: what the warms read (anything else is left to
+    /// `next_chain`, which checks it in full).
+    #[inline(always)]
+    fn posted_direct(&self, slot: usize) -> Option<Desc> {
+        let d = self.read_desc_at(self.desc, slot);
+        (self.is_avail(d.flags) && d.flags & DESC_F_INDIRECT == 0).then_some(d)
+    }
+
     /// Warms the buffer at the avail position past its head, for writing
     /// `len` bytes ([`super::Ring::prefetch_next_body`]). Reads only what
     /// the driver made available; a bad address is skipped here and refused
     /// by `next_chain` as usual.
     #[inline(always)]
     pub(crate) fn prefetch_next_body(&self, len: usize) {
-        let d = self.read_desc_at(self.desc, usize::from(self.next_avail));
-        if self.is_avail(d.flags) && d.flags & DESC_F_INDIRECT == 0 {
+        if let Some(d) = self.posted_direct(usize::from(self.next_avail)) {
             let len = len.min(d.len as usize);
             let mut hint = self.hint;
             if let Some(hva) = self.mem.translate(d.addr, len as u64, &mut hint) {
