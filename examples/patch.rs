@@ -188,7 +188,7 @@ struct Args {
     qdisc_bypass: bool,
 }
 
-/// Guest RX buffers counted per burst decision.
+/// The most guest RX buffers counted per burst decision.
 const MAX_RX_AVAIL: usize = 512;
 /// Guest RX buffers set aside per uplink frame when the uplink may lend
 /// super-frames: a 64 KiB frame in 1.5 KiB buffers, or its ~45 software
@@ -486,18 +486,20 @@ impl<U: Uplink> DataPlane<U> {
             let r = self.uplink.rx_burst(burst, &mut |_, _| *n += 1);
             return self.rx_result(r);
         }
-        let avail = qp.rx.available(MAX_RX_AVAIL);
-        if avail == 0 {
-            self.rx_blocked = true;
-            return 0;
-        }
-        self.rx_blocked = false;
         let per_frame = if self.uplink.offloads().rx & RX_SUPER_FRAMES != 0 {
             // Super-frames may come, whole or as software segments.
             RX_BUFFERS_PER_SUPER_FRAME
         } else {
             1
         };
+        // Counted only as far as one burst can use: on packed rings each
+        // buffer counted is a descriptor read, on lines the guest writes.
+        let avail = qp.rx.available((burst * per_frame).min(MAX_RX_AVAIL));
+        if avail == 0 {
+            self.rx_blocked = true;
+            return 0;
+        }
+        self.rx_blocked = false;
         let max = (avail / per_frame).clamp(1, burst);
         let Self {
             uplink, fwd, rx: c, ..
