@@ -174,10 +174,29 @@ impl Vring {
 
     /// Buffers the driver has made available and the device has not taken,
     /// counting at most `max` (ring changes picked up first; 0 while the ring
-    /// is not running).
+    /// is not running). A ring the count finds broken (a split ring's
+    /// `avail.idx` more than a ring ahead) is counted here, once: a caller
+    /// that sees 0 and starts no burst would otherwise never report it.
     pub(super) fn count_avail(&mut self, max: usize) -> usize {
         self.sync();
-        self.ring.as_mut().map_or(0, |r| r.count_avail(max))
+        let Some(r) = self.ring.as_mut() else {
+            return 0;
+        };
+        let n = r.count_avail(max);
+        if n == 0 && !self.reported_broken && r.is_broken() {
+            self.report_broken();
+        }
+        n
+    }
+
+    /// Counts the ring's breakage (once per ring) and adds the counts so
+    /// far, outside a burst's [`Self::finish_burst`].
+    #[cold]
+    fn report_broken(&mut self) {
+        self.reported_broken = true;
+        self.counters.drop(DropReason::RingBroken);
+        self.shared.stats.add(&self.counters);
+        self.counters = BurstCounters::default();
     }
 
     #[cold]

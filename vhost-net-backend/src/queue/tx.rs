@@ -368,4 +368,34 @@ mod tests {
             assert_eq!(g.qp.tx.counters().packets, 15, "{ctx}");
         }
     }
+
+    /// A split ring whose `avail.idx` claims more than a ring of buffers
+    /// is broken; a look that finds it so counts one `ring_broken` drop,
+    /// on either queue, though no burst follows (a loop that asks
+    /// `has_pending` or `available` first would otherwise never report
+    /// it), and later looks do not count it again.
+    #[test]
+    fn a_look_that_finds_the_ring_broken_counts_it_once() {
+        use crate::ring::Layout;
+        use crate::stats::DropReason;
+        let mut g = LoopbackGuest::new(LoopbackOpts {
+            size: 8,
+            ..LoopbackOpts::default()
+        });
+        for rx in [false, true] {
+            let Layout::Split(l) = g.layout(rx) else {
+                panic!("a split ring");
+            };
+            // avail.idx, after the flags word: nine buffers in a ring of 8.
+            g.write_guest(l.avail + 2, &9u16.to_le_bytes());
+        }
+        for _ in 0..3 {
+            assert!(!g.qp.tx.has_pending());
+            assert_eq!(g.qp.rx.available(32), 0);
+        }
+        assert_eq!(g.qp.tx.counters().drops_for(DropReason::RingBroken), 1);
+        assert_eq!(g.qp.rx.counters().drops_for(DropReason::RingBroken), 1);
+        assert_eq!(g.qp.tx.recv_burst(32, |_| {}), 0);
+        assert_eq!(g.qp.tx.counters().drops_for(DropReason::RingBroken), 1);
+    }
 }
