@@ -158,6 +158,46 @@ pub fn core_to_core_ns() -> f64 {
     median(&batches)
 }
 
+/// Steps of the fixed integer loop that [`core_speed_ns`] times per batch.
+const SPEED_STEPS: u64 = 1_000_000;
+
+/// How long CPU `cpu` takes, in ns per 1000 steps, for a fixed loop of
+/// integer multiplies, rotates and adds (four chains, each step waiting on
+/// the last: about 4 cycles a step); the median of five batches. It reads
+/// what the host lends that CPU at the moment: its clock, and a busy
+/// hyperthread sibling, which this machine's counters cannot show. The
+/// harnesses time it on both CPUs before and after each window, beside
+/// [`core_to_core_ns`], so that a run slower than its neighbours says
+/// whether the host's CPU was slower too (BENCHMARKS.md, "The CPUs'
+/// speed beside each run").
+pub fn core_speed_ns(cpu: usize) -> f64 {
+    std::thread::spawn(move || {
+        let _ = vhost_net_backend::sys::pin_current_thread(cpu);
+        let mut batches = Vec::new();
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            std::hint::black_box(speed_loop(std::hint::black_box(SPEED_STEPS)));
+            batches.push(t.elapsed().as_secs_f64() * 1e9 / (SPEED_STEPS as f64 / 1000.0));
+        }
+        median(&batches)
+    })
+    .join()
+    .expect("the timing thread")
+}
+
+/// The loop [`core_speed_ns`] times: each chain's next value depends on its
+/// last, so the compiler can neither vectorise nor shorten it.
+fn speed_loop(steps: u64) -> u64 {
+    let (mut a, mut b, mut c, mut d) = std::hint::black_box((1u64, 2u64, 3u64, 4u64));
+    for i in 0..steps {
+        a = a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i;
+        b = b.rotate_left(7).wrapping_add(a);
+        c = c.wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ b;
+        d = d.rotate_right(11) ^ c;
+    }
+    a ^ b ^ c ^ d
+}
+
 /// How a run's two [`core_to_core_ns`] readings (before and after its
 /// window) place the CPUs: `near`, `far`, or `moved` when they disagree.
 pub fn placement(before: f64, after: f64) -> &'static str {

@@ -58,6 +58,9 @@
 //! placement of the two CPUs (near: c2c below the far threshold at both
 //! ends of the run; far: above it at both; runs that moved are in neither):
 //! the placement moves both backends' figures more than they differ.
+//! Each run line also gives both CPUs' speed before and after the run (a
+//! fixed integer loop's ns per 1000 steps, `bench::core_speed_ns`): a run
+//! slower than its neighbours with the CPU slower too is the host's.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -508,8 +511,13 @@ fn main() -> ExitCode {
                     for rep in 0..a.reps {
                         for b in bench::abba(rep, Backend::Ours, Backend::Dpdk) {
                             let c2c_before = bench::core_to_core_ns();
+                            let speed_before = [bench::core_speed_ns(0), bench::core_speed_ns(1)];
                             let r = bench::quiet_run(ATTEMPTS, || run(b, row, &a, perf), noise);
                             let c2c = (c2c_before, bench::core_to_core_ns());
+                            let speed = [
+                                speed_before,
+                                [bench::core_speed_ns(0), bench::core_speed_ns(1)],
+                            ];
                             let place = bench::placement(c2c.0, c2c.1);
                             let ((t, head), noisy) = match r {
                                 Ok(r) => r,
@@ -521,7 +529,8 @@ fn main() -> ExitCode {
                             println!(
                             "run huge={huge} ring={} queue_size={qs} in_order={} size={size} rep={rep} backend={b:?}: {:.2} Mpps \
                              (host clock {:.2}, avg frame {:.1} B, foreign cpu {:.1} %, steal {:.1} %), \
-                             busy {:.0} cycles/frame, {:.0} % of its core{}; frontend {}; cores {place} (c2c {:.0}/{:.0} ns){}",
+                             busy {:.0} cycles/frame, {:.0} % of its core{}; frontend {}; cores {place} (c2c {:.0}/{:.0} ns); \
+                             CPU speed {:.0}/{:.0} ns per 1000 steps on CPU 0 (backend), {:.0}/{:.0} on CPU 1{}",
                             if packed { "packed" } else { "split" },
                             io_name(in_order),
                             t.mpps(),
@@ -540,6 +549,10 @@ fn main() -> ExitCode {
                             ),
                             c2c.0,
                             c2c.1,
+                            speed[0][0],
+                            speed[1][0],
+                            speed[0][1],
+                            speed[1][1],
                             if noisy { " NOISY" } else { "" }
                         );
                             if noisy {
