@@ -797,7 +797,21 @@ impl Dev {
         }
     }
 
+    /// `Vring::count_avail`: the ring's count, and a ring found broken
+    /// counted once, as `finish_burst` would (a look is not followed by a
+    /// burst; regression seed `regress-split-broken-ring-found-by-a-look`).
     fn count_avail(&mut self, m: &Mem, max: usize) -> usize {
+        let n = self.ring_count_avail(m, max);
+        if n == 0 && self.broken && !self.reported_broken {
+            self.reported_broken = true;
+            self.drop_frame(DropReason::RingBroken);
+        }
+        n
+    }
+
+    /// The ring's own count (`SplitRing::count_avail`,
+    /// `PackedRing::count_avail`).
+    fn ring_count_avail(&mut self, m: &Mem, max: usize) -> usize {
         match self.area {
             Area::Split { .. } => {
                 // Re-reads avail.idx when the last read shows fewer than
@@ -2234,5 +2248,17 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     e.u8(op::QUERY).u8(1).u8(0); // pending() = 0
     e.u8(op::TX_BURST).u8(32).u16(0); // 8 frames
     out.push(("regress-split-broken-ring-serves-cache".to_string(), e.0));
+
+    // Split ring whose avail.idx jumps 0x8000 ahead before any burst: a
+    // look (`pending`, `available`) finds it broken and is followed by no
+    // burst, so the look counts `ring_broken`; later looks and the burst
+    // do not count it again.
+    let mut e = Enc::default();
+    e.u8(0).u8(3).u8(0); // split, size 8
+    e.u8(op::AVAIL).u8(0x05).u8(5); // TX avail.idx += 0x8000
+    e.u8(op::QUERY).u8(1).u8(0); // pending() = 0: ring_broken 1
+    e.u8(op::QUERY).u8(1).u8(0); // pending() = 0: still 1
+    e.u8(op::TX_BURST).u8(32).u16(0); // nothing: still 1
+    out.push(("regress-split-broken-ring-found-by-a-look".to_string(), e.0));
     out
 }
