@@ -193,10 +193,16 @@ impl Vring {
     /// far, outside a burst's [`Self::finish_burst`].
     #[cold]
     fn report_broken(&mut self) {
-        self.reported_broken = true;
-        self.counters.drop(DropReason::RingBroken);
+        self.note_broken();
         self.shared.stats.add(&self.counters);
         self.counters = BurstCounters::default();
+    }
+
+    /// Counts the ring's breakage in the burst's counters, once per ring.
+    #[cold]
+    fn note_broken(&mut self) {
+        self.reported_broken = true;
+        self.counters.drop(DropReason::RingBroken);
     }
 
     #[cold]
@@ -304,11 +310,10 @@ impl Vring {
     /// it wants it.
     #[inline]
     fn publish_pending(&mut self) {
+        if !self.reported_broken && self.ring.as_ref().is_some_and(|r| r.is_broken()) {
+            self.note_broken();
+        }
         if let Some(ring) = &mut self.ring {
-            if ring.is_broken() && !self.reported_broken {
-                self.reported_broken = true;
-                self.counters.drop(DropReason::RingBroken);
-            }
             if ring.publish_used() {
                 // Consulted after every publication, with or without a call
                 // eventfd: each check moves the position the next one
