@@ -183,26 +183,24 @@ impl Vring {
             return 0;
         };
         let n = r.count_avail(max);
-        if n == 0 && !self.reported_broken && r.is_broken() {
-            self.report_broken();
+        if n == 0 && self.note_broken() {
+            // Outside a burst's `finish_burst`: add the counts now.
+            self.shared.stats.add(&self.counters);
+            self.counters = BurstCounters::default();
         }
         n
     }
 
-    /// Counts the ring's breakage (once per ring) and adds the counts so
-    /// far, outside a burst's [`Self::finish_burst`].
-    #[cold]
-    fn report_broken(&mut self) {
-        self.note_broken();
-        self.shared.stats.add(&self.counters);
-        self.counters = BurstCounters::default();
-    }
-
     /// Counts the ring's breakage in the burst's counters, once per ring.
-    #[cold]
-    fn note_broken(&mut self) {
-        self.reported_broken = true;
-        self.counters.drop(DropReason::RingBroken);
+    /// Returns whether it counted it now.
+    #[inline]
+    fn note_broken(&mut self) -> bool {
+        let newly = !self.reported_broken && self.ring.as_ref().is_some_and(|r| r.is_broken());
+        if newly {
+            self.reported_broken = true;
+            self.counters.drop(DropReason::RingBroken);
+        }
+        newly
     }
 
     #[cold]
@@ -310,9 +308,7 @@ impl Vring {
     /// it wants it.
     #[inline]
     fn publish_pending(&mut self) {
-        if !self.reported_broken && self.ring.as_ref().is_some_and(|r| r.is_broken()) {
-            self.note_broken();
-        }
+        self.note_broken();
         if let Some(ring) = &mut self.ring {
             if ring.publish_used() {
                 // Consulted after every publication, with or without a call
