@@ -44,6 +44,11 @@ pub(crate) struct DeviceParams {
     pub queue_pairs: u16,
     pub offered: u64,
     pub max_frame: usize,
+    /// Most bytes of guest memory the port maps at once (the sum of a
+    /// table's regions); larger tables are refused.
+    pub max_guest_memory: u64,
+    /// Memory tables and regions refused (counted for the port's owner).
+    pub mem_refused: Arc<AtomicU64>,
 }
 
 #[derive(Debug)]
@@ -349,6 +354,13 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
         if ctx.len() != files.len() {
             return Err(VuError::InvalidParam);
         }
+        // The cap before anything is mapped: a refused table costs no
+        // address space.
+        GuestMemory::check_cap(
+            ctx.iter().map(|r| r.memory_size),
+            self.params.max_guest_memory,
+        )
+        .map_err(|e| self.mem_err(e))?;
         let mut regions = Vec::with_capacity(ctx.len());
         for (r, file) in ctx.iter().zip(files) {
             let desc = RegionDesc {
@@ -357,9 +369,9 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
                 vmm_va: r.user_addr,
                 mmap_offset: r.mmap_offset,
             };
-            regions.push(GuestMemory::map_region(desc, file).map_err(mem_err)?);
+            regions.push(GuestMemory::map_region(desc, file).map_err(|e| self.mem_err(e))?);
         }
-        let mem = GuestMemory::from_regions(regions).map_err(mem_err)?;
+        let mem = GuestMemory::from_regions(regions).map_err(|e| self.mem_err(e))?;
         tracing::debug!(
             "port {}: memory table: {:?}",
             self.params.name,
@@ -548,8 +560,14 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
             vmm_va: region.user_addr,
             mmap_offset: region.mmap_offset,
         };
-        let r = GuestMemory::map_region(desc, fd).map_err(mem_err)?;
-        let mem = self.mem.with_region(r).map_err(mem_err)?;
+        let have = self.mem.regions().map(|(_, len, _, _)| len);
+        GuestMemory::check_cap(
+            have.chain(std::iter::once(desc.size)),
+            self.params.max_guest_memory,
+        )
+        .map_err(|e| self.mem_err(e))?;
+        let r = GuestMemory::map_region(desc, fd).map_err(|e| self.mem_err(e))?;
+        let mem = self.mem.with_region(r).map_err(|e| self.mem_err(e))?;
         self.set_memory(mem);
         Ok(None)
     }
@@ -558,7 +576,7 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
         let mem = self
             .mem
             .without_region(region.guest_phys_addr, region.memory_size)
-            .map_err(mem_err)?;
+            .map_err(|e| self.mem_err(e))?;
         self.set_memory(mem);
         Ok(())
     }
@@ -583,6 +601,7 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
     fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> VuResult<()> {
         let (size, offset) = (log.mmap_size, log.mmap_offset);
         let map = DirtyLog::map(&file, size, offset).map_err(|e| {
+            self.params.mem_refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 "port {}: dirty log refused (size {size:#x}, offset {offset:#x}): {e}",
                 self.params.name
@@ -615,9 +634,19 @@ impl VhostUserBackendReqHandlerMut for PortCtl {
     }
 }
 
-fn mem_err(e: crate::ring::MemoryError) -> VuError {
-    tracing::warn!("memory table refused: {e}");
-    VuError::InvalidParam
+impl PortCtl {
+    /// Logs and counts a refused memory table or region; the frontend gets
+    /// a NACK (with `REPLY_ACK`) and the connection is closed, the port
+    /// serves the next one.
+    fn mem_err(&self, e: crate::ring::MemoryError) -> VuError {
+        self.params.mem_refused.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            "port {}: memory table refused: {}",
+            self.params.name,
+            crate::error_chain(&e)
+        );
+        VuError::InvalidParam
+    }
 }
 
 #[cfg(test)]
@@ -635,6 +664,8 @@ mod tests {
             queue_pairs: pairs,
             offered: device::offered_features(pairs, Offloads::checksum(), None),
             max_frame: crate::device::MAX_FRAME_LEN,
+            max_guest_memory: crate::port::DEFAULT_MAX_GUEST_MEMORY,
+            mem_refused: Arc::default(),
         };
         (PortCtl::new(params, shared.clone()), shared)
     }
@@ -796,6 +827,43 @@ mod tests {
         c.remove_mem_region(&extra).unwrap();
         assert_eq!(c.mem.num_regions(), 1);
         assert!(c.remove_mem_region(&extra).is_err(), "already removed");
+    }
+
+    /// A table larger than the port's cap is refused before anything is
+    /// mapped (a frontend asking for 1 TiB costs no address space), and
+    /// counted; hotplug counts the regions already mapped. Memory fds that
+    /// are not regular files are refused the same way.
+    #[test]
+    fn memory_over_the_cap_or_of_the_wrong_type_is_refused_and_counted() {
+        let (mut c, _) = ctl(1);
+        c.params.max_guest_memory = 2 * SIZE;
+        let refused = Arc::clone(&c.params.mem_refused);
+        // 1 TiB in a file of SIZE bytes: without the cap this would reach
+        // the file-size check only after reserving the address space.
+        let (_d, f) = guest_file(SIZE);
+        let huge = VhostUserMemoryRegion::new(GPA, 1 << 40, VA, 0);
+        assert!(c.set_mem_table(&[huge], vec![f], None).is_err());
+        assert_eq!(refused.load(Ordering::Relaxed), 1);
+        // Two regions of SIZE fit, a third added later does not.
+        let (_d1, f1) = guest_file(SIZE);
+        let (_d2, f2) = guest_file(SIZE);
+        let second = VhostUserMemoryRegion::new(GPA + 2 * SIZE, SIZE, VA + 2 * SIZE, 0);
+        c.set_mem_table(&[region(), second], vec![f1, f2], None)
+            .unwrap();
+        let (_d3, f3) = guest_file(SIZE);
+        let third = VhostUserSingleMemoryRegion::new(GPA + 4 * SIZE, SIZE, VA + 4 * SIZE, 0);
+        assert!(c.add_mem_region(&third, f3, None).is_err());
+        assert_eq!(c.mem.num_regions(), 2, "the table stays as it was");
+        assert_eq!(refused.load(Ordering::Relaxed), 2);
+        // /dev/zero as guest memory: shared anonymous memory charged to the
+        // switch, refused.
+        let zero = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/zero")
+            .unwrap();
+        assert!(c.set_mem_table(&[region()], vec![zero], None).is_err());
+        assert_eq!(refused.load(Ordering::Relaxed), 3);
     }
 
     #[test]

@@ -97,7 +97,10 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 pub use forward::{ForwardCounters, Forwarder};
 pub use net_hdr::VirtioNetHdr;
 pub use poll::{LoopCycles, PollLoop, PollMode, Poller, Token};
-pub use port::{AnnounceHandler, Backoff, Port, PortConfig, PortError, SocketRole};
+pub use port::{
+    default_max_guest_memory, set_default_max_guest_memory, AnnounceHandler, Backoff, Port,
+    PortConfig, PortError, SocketRole, DEFAULT_MAX_GUEST_MEMORY,
+};
 pub use queue::{
     copy_frame, FrameSource, FrameWriter, QueuePair, RxBurst, RxQueue, Spliced, TxFrame, TxQueue,
 };

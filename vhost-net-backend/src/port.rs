@@ -84,6 +84,36 @@ pub struct PortConfig {
     pub mtu: Option<u16>,
     /// Client-role reconnection backoff.
     pub backoff: Backoff,
+    /// Most bytes of guest memory the port maps for one frontend (the sum
+    /// of its memory table's regions). A larger `SET_MEM_TABLE` or
+    /// `ADD_MEM_REG` is refused before anything is mapped: NACKed, logged,
+    /// counted ([`Port::memory_refusals`]), the connection closed; the
+    /// port serves the next one. Default [`default_max_guest_memory`].
+    pub max_guest_memory: u64,
+}
+
+/// The default of [`PortConfig::max_guest_memory`]: 512 GiB. Real VMs fit
+/// (hugepage-backed NFV guests have a few to a few dozen GiB; the largest
+/// general-purpose cloud instances 384-768 GiB, and those do not sit
+/// behind a userspace switch), while one hostile frontend cannot take more
+/// than 1/256 of the 128 TiB of user address space (47-bit x86-64): the
+/// switch's own mappings stay possible with hundreds of such ports.
+pub const DEFAULT_MAX_GUEST_MEMORY: u64 = 512 << 30;
+
+static MAX_GUEST_MEMORY: AtomicU64 = AtomicU64::new(DEFAULT_MAX_GUEST_MEMORY);
+
+/// The [`PortConfig::max_guest_memory`] that [`PortConfig::new`] gives
+/// ([`DEFAULT_MAX_GUEST_MEMORY`] unless [`set_default_max_guest_memory`]
+/// changed it).
+pub fn default_max_guest_memory() -> u64 {
+    MAX_GUEST_MEMORY.load(Ordering::Relaxed)
+}
+
+/// Sets the [`PortConfig::max_guest_memory`] of the configurations
+/// [`PortConfig::new`] builds from now on (a daemon's option, set once at
+/// start; ports already built keep theirs).
+pub fn set_default_max_guest_memory(bytes: u64) {
+    MAX_GUEST_MEMORY.store(bytes, Ordering::Relaxed);
 }
 
 impl PortConfig {
@@ -97,6 +127,7 @@ impl PortConfig {
             offloads: Offloads::none(),
             mtu: None,
             backoff: Backoff::default(),
+            max_guest_memory: default_max_guest_memory(),
         }
     }
 }
@@ -140,6 +171,7 @@ struct PortInner {
     connected: AtomicBool,
     connections: AtomicU64,
     acked: Arc<AtomicU64>,
+    mem_refused: Arc<AtomicU64>,
     vrings: Vec<Arc<VringShared>>,
 }
 
@@ -192,12 +224,15 @@ impl Port {
             .collect::<io::Result<Vec<_>>>()
             .map_err(PortError::Resource)?;
         let acked = Arc::new(AtomicU64::new(0));
+        let mem_refused = Arc::new(AtomicU64::new(0));
         let params = DeviceParams {
             name: cfg.name.clone(),
             acked_mirror: Arc::clone(&acked),
             queue_pairs: cfg.queue_pairs,
             offered: device::offered_features(cfg.queue_pairs, cfg.offloads, cfg.mtu),
             max_frame,
+            max_guest_memory: cfg.max_guest_memory,
+            mem_refused: Arc::clone(&mem_refused),
         };
         let ctl = Arc::new(Mutex::new(PortCtl::new(params, vrings.clone())));
         let qps = (0..cfg.queue_pairs)
@@ -220,6 +255,7 @@ impl Port {
             connected: AtomicBool::new(false),
             connections: AtomicU64::new(0),
             acked,
+            mem_refused,
             vrings,
         });
         let t_inner = Arc::clone(&inner);
@@ -280,6 +316,13 @@ impl Port {
     /// data-plane thread.
     pub fn running_queue_pairs(&self) -> usize {
         lock(&self.inner.ctl).running_pairs()
+    }
+
+    /// Memory tables, regions and dirty logs the port refused since it was
+    /// created: over [`PortConfig::max_guest_memory`], an fd that is not a
+    /// regular file or too short for its region, overlapping regions.
+    pub fn memory_refusals(&self) -> u64 {
+        self.inner.mem_refused.load(Ordering::Relaxed)
     }
 
     /// Counters of vring `index` (RX of pair `i` is `2i`, TX is `2i + 1`).

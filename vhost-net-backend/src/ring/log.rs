@@ -18,6 +18,14 @@
 //!
 //! With the log off, rings carry no [`RingLog`]: the fast path tests one
 //! `Option` per frame and per burst.
+//!
+//! The bitmap is the frontend's file, mapped like guest memory
+//! ([`GuardedMap`]): only a regular file holding the whole range is
+//! mapped, between guard areas, without pre-faulting it (a frontend may
+//! send a log of 1 GiB; only the words marked are charged to this
+//! process), and registered for SIGBUS recovery: a frontend that truncates
+//! its log after `SET_LOG_BASE` loses its own marks, it does not kill the
+//! process.
 
 use std::fs::File;
 use std::io;
@@ -27,7 +35,7 @@ use std::sync::Arc;
 
 use super::memory::GuestMemory;
 use super::Seg;
-use crate::sys::mmap::Mmap;
+use crate::sys::guarded::GuardedMap;
 
 /// Guest page size the log counts in (fixed by the vhost protocol).
 pub const LOG_PAGE_SHIFT: u32 = 12;
@@ -47,7 +55,7 @@ pub const NO_DIRTY_LOG_ENV: &str = "VHU_DEBUG_NO_DIRTY_LOG";
 /// The dirty-page bitmap a frontend shared.
 #[derive(Debug)]
 pub struct DirtyLog {
-    map: Mmap,
+    map: GuardedMap,
     dropped: AtomicU64,
     warned: AtomicBool,
 }
@@ -56,8 +64,9 @@ impl DirtyLog {
     /// Maps `size` bytes of `file` at `offset` (`SET_LOG_BASE`).
     ///
     /// # Errors
-    /// A zero or oversized log, a misaligned offset, a range beyond the end
-    /// of the file (touching it would fault), or a failed `mmap`.
+    /// A zero or oversized log, a misaligned offset, an fd that is not a
+    /// regular file or a range beyond its end (touching it would fault),
+    /// or a failed `mmap`.
     pub(crate) fn map(file: &File, size: u64, offset: u64) -> io::Result<Self> {
         let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_owned());
         if size == 0 || size > MAX_LOG_SIZE {
@@ -66,16 +75,13 @@ impl DirtyLog {
         if !offset.is_multiple_of(crate::sys::mmap::page_size() as u64) {
             return Err(invalid("log offset is not page-aligned"));
         }
-        let file_len = file.metadata()?.len();
-        if offset.checked_add(size).is_none_or(|end| end > file_len) {
-            return Err(invalid("log extends beyond its file"));
-        }
         let len = usize::try_from(size).map_err(|_| invalid("log size"))?;
-        let map = Mmap::shared_populated(file.as_fd(), len, offset)?;
+        // File type and size are checked there (`check_guest_file`).
+        let map = GuardedMap::map(Some(file.as_fd()), offset, len)?;
         Ok(Self::from_map(map))
     }
 
-    fn from_map(map: Mmap) -> Self {
+    fn from_map(map: GuardedMap) -> Self {
         Self {
             map,
             dropped: AtomicU64::new(0),
@@ -86,7 +92,7 @@ impl DirtyLog {
     /// A private, zeroed log of `size` bytes (tests and benchmarks).
     #[cfg(any(test, feature = "test-utils"))]
     pub(crate) fn anonymous(size: usize) -> Self {
-        Self::from_map(Mmap::anonymous(size).expect("anonymous log"))
+        Self::from_map(GuardedMap::map(None, 0, size).expect("anonymous log"))
     }
 
     /// The bitmap's size in bytes.
@@ -336,6 +342,39 @@ mod tests {
         assert!(DirtyLog::map(&f, MAX_LOG_SIZE + 1, 0).is_err(), "huge");
         let log = DirtyLog::map(&f, 4096, 4096).unwrap();
         assert_eq!(log.size(), 4096);
+    }
+
+    /// A frontend that truncates its log after `SET_LOG_BASE`: the marks
+    /// into the lost pages land in zeroed private pages (counted), the
+    /// process lives on. Before the log was mapped under SIGBUS protection
+    /// the first such mark killed it.
+    #[test]
+    fn a_truncated_log_costs_its_own_marks_only() {
+        let page = crate::sys::mmap::page_size() as u64;
+        let f = tempfile();
+        f.set_len(4 * page).unwrap();
+        let log = Arc::new(DirtyLog::map(&f, 4 * page, 0).unwrap());
+        let mut c = LogCache::new(Arc::clone(&log));
+        c.mark_now(0, 1);
+        assert!(log.is_dirty(0));
+        f.set_len(page).unwrap();
+        let before = crate::sys::sigbus::faults();
+        // Page 3 of the log: guest pages from 3 * 8 * page on.
+        let gpa = (3 * page * 8) << LOG_PAGE_SHIFT;
+        c.mark_now(gpa, 1);
+        assert!(crate::sys::sigbus::faults() > before, "recovered, counted");
+        assert!(log.is_dirty(0), "what the file still has is shared");
+    }
+
+    #[test]
+    fn a_log_fd_must_be_a_regular_file() {
+        let zero = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/zero")
+            .unwrap();
+        let e = DirtyLog::map(&zero, 4096, 0).unwrap_err();
+        assert!(e.to_string().contains("character device"), "{e}");
     }
 
     fn tempfile() -> File {

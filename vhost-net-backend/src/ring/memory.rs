@@ -46,6 +46,18 @@ pub enum MemoryError {
     /// `REM_MEM_REG` named a region that is not mapped.
     #[error("no guest memory region at {0:#x}")]
     NoSuchRegion(u64),
+    /// The regions together are larger than the port may map
+    /// (`PortConfig::max_guest_memory`).
+    #[error(
+        "guest memory of {total} bytes exceeds this port's limit of {cap} bytes \
+         (max_guest_memory)"
+    )]
+    OverCap {
+        /// Bytes the table would map.
+        total: u128,
+        /// The port's limit.
+        cap: u64,
+    },
 }
 
 /// One mapped region, as the translation table sees it.
@@ -98,19 +110,9 @@ impl GuestMemory {
                 size: desc.size,
             });
         }
-        // A mapping past the end of its file maps, but the first access
-        // there (a descriptor the guest points at it) is a SIGBUS of the
-        // whole process: refuse it.
-        if let Ok(md) = file.metadata() {
-            let fits =
-                matches!(desc.mmap_offset.checked_add(desc.size), Some(end) if end <= md.len());
-            if md.is_file() && !fits {
-                return Err(MemoryError::InvalidRegion {
-                    gpa: desc.gpa,
-                    size: desc.size,
-                });
-            }
-        }
+        // The fd must be a regular file holding the whole region (a
+        // mapping past its end would fault at the first access there):
+        // `GuardedMap::map` checks it with fstat before mapping.
         let size = usize::try_from(desc.size).map_err(|_| MemoryError::InvalidRegion {
             gpa: desc.gpa,
             size: desc.size,
@@ -172,6 +174,19 @@ impl GuestMemory {
             return Err(MemoryError::NoSuchRegion(gpa));
         }
         Ok(Self { regions })
+    }
+
+    /// Checks that regions of `sizes` bytes fit under `cap`, before any of
+    /// them is mapped.
+    pub(crate) fn check_cap(
+        sizes: impl IntoIterator<Item = u64>,
+        cap: u64,
+    ) -> Result<(), MemoryError> {
+        let total: u128 = sizes.into_iter().map(u128::from).sum();
+        if total > u128::from(cap) {
+            return Err(MemoryError::OverCap { total, cap });
+        }
+        Ok(())
     }
 
     /// Number of regions.

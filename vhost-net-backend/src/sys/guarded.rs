@@ -16,6 +16,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, AtomicU8};
 
 use super::check;
 use super::sigbus::{self, Registration};
@@ -48,10 +49,20 @@ unsafe impl Sync for GuardedMap {}
 impl GuardedMap {
     /// Maps `len` bytes of `fd` from byte `offset` (any alignment), shared
     /// and read-write, or anonymous private memory when `fd` is `None`.
+    ///
+    /// A file must be a regular file (a memfd, a tmpfs or hugetlbfs file)
+    /// holding the whole range ([`check_guest_file`]); its mapping is
+    /// registered for SIGBUS recovery, and refused if that cannot be done.
+    /// Nothing is pre-faulted (no `MAP_POPULATE`): a frontend's file may be
+    /// as large as its guest, and only the pages the rings touch should be
+    /// charged to this process.
     pub(crate) fn map(fd: Option<BorrowedFd<'_>>, offset: u64, len: usize) -> io::Result<Self> {
         let invalid = || io::Error::from(io::ErrorKind::InvalidInput);
         if len == 0 || (fd.is_none() && offset != 0) {
             return Err(invalid());
+        }
+        if let Some(fd) = fd {
+            check_guest_file(fd, offset, len as u64)?;
         }
         let small = super::mmap::page_size();
         let page = fd.map_or(small, file_page_size).max(small);
@@ -104,7 +115,16 @@ impl GuardedMap {
         debug_assert_eq!(p as usize, at);
         // `at + lead` is inside the mapping, hence not null.
         let start = NonNull::new((at + lead) as *mut u8).ok_or_else(invalid)?;
-        let sigbus = fd.is_some().then(|| sigbus::register(at, map_len, page));
+        let sigbus = match fd.map(|_| sigbus::register(at, map_len, page)).transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                // SAFETY: the reservation is ours and nothing refers to it.
+                let _ = unsafe { unmap(base, total) };
+                return Err(io::Error::other(format!(
+                    "no SIGBUS protection for guest memory: {e}"
+                )));
+            }
+        };
         Ok(Self {
             base,
             total,
@@ -124,6 +144,45 @@ impl GuardedMap {
         self.len
     }
 
+    /// Whether `len` bytes at `off` lie inside the region.
+    #[inline]
+    fn contains(&self, off: usize, len: usize) -> bool {
+        off <= self.len && len <= self.len - off
+    }
+
+    /// The 64-bit word at byte offset `off`, if it lies inside the region
+    /// and is 8-aligned (a dirty-page log shared with the frontend).
+    #[inline]
+    #[allow(clippy::cast_ptr_alignment)] // 8-byte alignment checked here
+    pub(crate) fn atomic_u64(&self, off: usize) -> Option<&AtomicU64> {
+        if !self.contains(off, 8) {
+            return None;
+        }
+        // Inside the mapping (checked): no overflow.
+        let p = self.start.as_ptr() as usize + off;
+        if !p.is_multiple_of(8) {
+            return None;
+        }
+        // SAFETY: `off + 8 <= len` (checked) keeps the word inside the
+        // mapping, and its address is 8-aligned (checked); the mapping
+        // lives as long as `&self`, and this process accesses it only
+        // through atomics. Should the frontend truncate its file, the
+        // access is recovered by the SIGBUS handler (a file mapping is
+        // always registered).
+        Some(unsafe { AtomicU64::from_ptr(p as *mut u64) })
+    }
+
+    /// The byte at offset `off`, if it lies inside the region, as an atomic.
+    #[inline]
+    pub(crate) fn atomic_u8(&self, off: usize) -> Option<&AtomicU8> {
+        if !self.contains(off, 1) {
+            return None;
+        }
+        // SAFETY: `off < len` (checked); a byte needs no alignment; as for
+        // `atomic_u64` otherwise.
+        Some(unsafe { AtomicU8::from_ptr(self.start.as_ptr().add(off)) })
+    }
+
     /// The reservation, guards included: `(start, length)`.
     #[cfg(test)]
     fn reservation(&self) -> (usize, usize) {
@@ -139,6 +198,47 @@ impl Drop for GuardedMap {
         // keep this value alive while any ring can still use the region.
         let r = unsafe { unmap(self.base, self.total) };
         debug_assert!(r.is_ok(), "munmap failed: {r:?}");
+    }
+}
+
+/// Checks a frontend's memory fd before it is mapped: it must be a regular
+/// file (a memfd, a tmpfs or hugetlbfs file), not a socket, pipe, device
+/// (`/dev/zero` would make the mapping anonymous memory charged to this
+/// process, `/dev/mem` physical memory) or directory, and it must hold
+/// `[offset, offset + len)`: a mapping past its end faults at the first
+/// access there.
+///
+/// # Errors
+/// `InvalidInput` naming the file's type or its size.
+pub(crate) fn check_guest_file(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: an all-zero `stat` is a valid value of that plain struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable `stat` for the call to fill.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &raw mut st) })?;
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => None,
+        libc::S_IFSOCK => Some("a socket"),
+        libc::S_IFIFO => Some("a pipe"),
+        libc::S_IFCHR => Some("a character device"),
+        libc::S_IFBLK => Some("a block device"),
+        libc::S_IFDIR => Some("a directory"),
+        _ => Some("not a regular file"),
+    };
+    if let Some(kind) = kind {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("the memory fd is {kind}, not a regular file (memfd, tmpfs, hugetlbfs)"),
+        ));
+    }
+    let size = u64::try_from(st.st_size).unwrap_or(0);
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the range {offset:#x} (+{len:#x}) extends past the end of its file ({size:#x} bytes)"
+            ),
+        )),
     }
 }
 
@@ -255,6 +355,41 @@ pub(crate) mod tests {
         assert_eq!(protection_at(start + 3 * page).unwrap().0, "---p");
         assert!(GuardedMap::map(None, 0, 0).is_err());
         assert!(GuardedMap::map(None, 8, page).is_err());
+    }
+
+    /// Only a regular file holding the whole range is mapped: sockets,
+    /// pipes, character devices (`/dev/zero` would be anonymous memory
+    /// charged to this process) and directories are refused, and so is a
+    /// range past the end of the file.
+    #[test]
+    fn only_regular_files_holding_the_range_are_mapped() {
+        let page = crate::sys::mmap::page_size();
+        let refused = |fd: BorrowedFd<'_>, what: &str| {
+            let e = GuardedMap::map(Some(fd), 0, page).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{what}: {e}");
+            assert!(e.to_string().contains(what), "{e}");
+        };
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        refused(a.as_fd(), "a socket");
+        let (r, _w) = std::io::pipe().unwrap();
+        refused(r.as_fd(), "a pipe");
+        let zero = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/zero")
+            .unwrap();
+        refused(zero.as_fd(), "a character device");
+        let dir = std::fs::File::open(std::env::temp_dir()).unwrap();
+        refused(dir.as_fd(), "a directory");
+        let f = tempfile_with(&vec![0; 2 * page]);
+        let past = |off: u64, len: usize| GuardedMap::map(Some(f.as_fd()), off, len);
+        assert!(past(0, 3 * page)
+            .unwrap_err()
+            .to_string()
+            .contains("past the end"));
+        assert!(past(page as u64 + 1, page).is_err());
+        assert!(past(u64::MAX - 10, page).is_err(), "offset + size wraps");
+        assert!(past(page as u64, page).is_ok());
     }
 
     /// An unlinked temporary file holding `bytes`.

@@ -15,7 +15,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+use std::sync::atomic::AtomicU32;
 
 use super::check;
 
@@ -34,7 +34,10 @@ unsafe impl Send for Mmap {}
 unsafe impl Sync for Mmap {}
 
 impl Mmap {
-    /// Private anonymous memory, pre-faulted (the UMEM).
+    /// Private anonymous memory, pre-faulted (the UMEM). `MAP_POPULATE`
+    /// here and in [`Self::shared_populated`] is for memory of sizes we
+    /// choose (an uplink's UMEM and rings); guest-supplied files are
+    /// mapped by `sys::guarded`, never pre-faulted.
     pub(crate) fn anonymous(len: usize) -> io::Result<Self> {
         mmap(
             len,
@@ -115,32 +118,6 @@ impl Mmap {
         // mapping lives as long as `&self`, and this process accesses
         // shared words only through atomics (slices need `&mut self`).
         unsafe { AtomicU32::from_ptr(self.word(off)) }
-    }
-
-    /// The 64-bit word at byte offset `off`, if it lies inside the mapping
-    /// and `off` is 8-aligned (a dirty-page log shared with the frontend).
-    #[inline]
-    #[allow(clippy::cast_ptr_alignment)] // 8-byte alignment checked here
-    pub(crate) fn atomic_u64(&self, off: usize) -> Option<&AtomicU64> {
-        if !off.is_multiple_of(8) || !self.contains(off, 8) {
-            return None;
-        }
-        // SAFETY: `off + 8 <= len` (checked) keeps the word inside the
-        // mapping, which is page-aligned, so an 8-aligned `off` gives an
-        // aligned word; the mapping lives as long as `&self`, and shared
-        // words are only accessed through atomics from this process.
-        Some(unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast::<u64>()) })
-    }
-
-    /// The byte at offset `off`, if it lies inside the mapping, as an atomic.
-    #[inline]
-    pub(crate) fn atomic_u8(&self, off: usize) -> Option<&AtomicU8> {
-        if !self.contains(off, 1) {
-            return None;
-        }
-        // SAFETY: `off < len` (checked); a byte needs no alignment; the
-        // mapping lives as long as `&self` and is only accessed atomically.
-        Some(unsafe { AtomicU8::from_ptr(self.ptr.as_ptr().add(off)) })
     }
 
     /// Writes the 32-bit word at byte offset `off` (volatile: the kernel

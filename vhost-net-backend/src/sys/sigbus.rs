@@ -21,23 +21,82 @@
 //!
 //! The handler only does async-signal-safe work: atomic loads, one
 //! `mmap`, one `sigaction`.
+//!
+//! The registry has no process-wide limit that one frontend could use up
+//! for the others (it once had 4096 slots; five ports of 509 regions each,
+//! the vhost-user maximum, left every later region unprotected): it is a
+//! list of fixed chunks of slots, the first static, more allocated by
+//! [`register`] (on a control thread, never in the handler) when every
+//! slot is taken, linked with one atomic pointer and never freed, so the
+//! handler walks it with atomic loads only. It grows to the most regions
+//! mapped at once over all ports, which the per-port cap on guest memory
+//! and `MAX_MEM_SLOTS` bound, and freed slots are reused.
 
 use std::ptr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use super::check;
 
-/// Regions that can be registered at once (over all ports); a region that
-/// finds no free slot is mapped unprotected (with a warning).
-const SLOTS: usize = 4096;
+/// Slots per chunk of the registry.
+const CHUNK: usize = 1024;
 
-/// A free slot has `START[i] == 0`. `END[i]` and `PAGE[i]` are written
-/// after `START[i]` is claimed and cleared before it is released; a
-/// reader that sees `END[i] == 0` treats the slot as free.
-static START: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
-static END: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
-static PAGE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+/// A chunk of registry slots. A free slot has `start[i] == 0`. `end[i]`
+/// and `page[i]` are written after `start[i]` is claimed and cleared
+/// before it is released; a reader that sees `end[i] == 0` treats the
+/// slot as free.
+struct Chunk {
+    start: [AtomicUsize; CHUNK],
+    end: [AtomicUsize; CHUNK],
+    page: [AtomicUsize; CHUNK],
+    /// The next chunk, or null; set once, never cleared.
+    next: AtomicPtr<Chunk>,
+}
+
+impl Chunk {
+    const fn new() -> Self {
+        Self {
+            start: [const { AtomicUsize::new(0) }; CHUNK],
+            end: [const { AtomicUsize::new(0) }; CHUNK],
+            page: [const { AtomicUsize::new(0) }; CHUNK],
+            next: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// The chunk after this one, if any.
+    fn next(&self) -> Option<&'static Chunk> {
+        let p = self.next.load(Ordering::Acquire);
+        // SAFETY: a non-null `next` is a chunk leaked by `grow` (never
+        // freed, never moved), fully initialised before it was published
+        // with release ordering.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// Appends a new chunk after this one (or finds the one another thread
+    /// appended meanwhile) and returns it.
+    fn grow(&self) -> &'static Chunk {
+        let fresh = Box::into_raw(Box::new(Chunk::new()));
+        match self.next.compare_exchange(
+            ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: `fresh` was just leaked and is now published; it is
+            // never freed.
+            Ok(_) => unsafe { &*fresh },
+            Err(other) => {
+                // SAFETY: `fresh` was never published: we still own it.
+                drop(unsafe { Box::from_raw(fresh) });
+                // SAFETY: as in `next`.
+                unsafe { &*other }
+            }
+        }
+    }
+}
+
+/// The registry's first chunk; the others hang off it.
+static FIRST: Chunk = Chunk::new();
 
 static FAULTS: AtomicU64 = AtomicU64::new(0);
 
@@ -61,14 +120,20 @@ pub fn faults() -> u64 {
 
 /// A registered region; unregisters on drop.
 #[derive(Debug)]
-pub(crate) struct Registration(Option<usize>);
+pub(crate) struct Registration(Option<(&'static Chunk, usize)>);
+
+impl std::fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Chunk")
+    }
+}
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        if let Some(i) = self.0 {
-            END[i].store(0, Ordering::Release);
-            PAGE[i].store(0, Ordering::Release);
-            START[i].store(0, Ordering::Release);
+        if let Some((c, i)) = self.0 {
+            c.end[i].store(0, Ordering::Release);
+            c.page[i].store(0, Ordering::Release);
+            c.start[i].store(0, Ordering::Release);
         }
     }
 }
@@ -77,34 +142,34 @@ impl Drop for Registration {
 /// `page` bytes (a power of two; `start` and `len` multiples of it), so
 /// that a SIGBUS inside it is recovered. Drop the registration before
 /// unmapping the range.
-pub(crate) fn register(start: usize, len: usize, page: usize) -> Registration {
+///
+/// # Errors
+/// The handler could not be installed (`sigaction` failed): the caller
+/// must not map guest memory unprotected.
+pub(crate) fn register(start: usize, len: usize, page: usize) -> std::io::Result<Registration> {
     debug_assert!(page.is_power_of_two() && start.is_multiple_of(page));
     if start == 0 {
         // A slot holding 0 is a free one; a mapping never starts there.
-        return Registration(None);
+        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
     }
-    if let Err(e) = install() {
-        tracing::warn!(
-            "guest memory at {start:#x} (+{len:#x}) mapped without SIGBUS protection: \
-             the handler could not be installed (errno {e})"
-        );
-        return Registration(None);
-    }
-    for i in 0..SLOTS {
-        if START[i]
-            .compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            PAGE[i].store(page, Ordering::Release);
-            END[i].store(start + len, Ordering::Release);
-            return Registration(Some(i));
+    install().map_err(std::io::Error::from_raw_os_error)?;
+    let mut c: &'static Chunk = &FIRST;
+    loop {
+        for i in 0..CHUNK {
+            if c.start[i]
+                .compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                c.page[i].store(page, Ordering::Release);
+                c.end[i].store(start + len, Ordering::Release);
+                return Ok(Registration(Some((c, i))));
+            }
         }
+        c = match c.next() {
+            Some(n) => n,
+            None => c.grow(),
+        };
     }
-    tracing::warn!(
-        "guest memory at {start:#x} (+{len:#x}) mapped without SIGBUS protection: \
-         all {SLOTS} slots in use"
-    );
-    Registration(None)
 }
 
 /// Installs the handler once; the error of the first attempt stays.
@@ -127,17 +192,24 @@ fn install() -> Result<(), i32> {
     r.as_ref().map(drop).map_err(|&e| e)
 }
 
-/// The page size of the registered region holding `addr`.
+/// The page size of the registered region holding `addr`. Atomic loads
+/// only (called from the handler).
 fn lookup(addr: usize) -> Option<usize> {
-    (0..SLOTS).find_map(|i| {
-        let start = START[i].load(Ordering::Acquire);
-        if start == 0 || addr < start {
-            return None;
+    let mut c: &'static Chunk = &FIRST;
+    loop {
+        for i in 0..CHUNK {
+            let start = c.start[i].load(Ordering::Acquire);
+            if start == 0 || addr < start {
+                continue;
+            }
+            let end = c.end[i].load(Ordering::Acquire);
+            let page = c.page[i].load(Ordering::Acquire);
+            if addr < end && page != 0 {
+                return Some(page);
+            }
         }
-        let end = END[i].load(Ordering::Acquire);
-        let page = PAGE[i].load(Ordering::Acquire);
-        (addr < end && page != 0).then_some(page)
-    })
+        c = c.next()?;
+    }
 }
 
 extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
@@ -226,5 +298,34 @@ mod tests {
         assert_eq!(faults(), before + 2);
         drop(m);
         assert!(lookup(p as usize).is_none(), "unregistered on drop");
+    }
+
+    /// More regions than the old registry's 4096 slots (five ports of 509
+    /// regions, or one port's tables in flight) are all protected: the
+    /// last one's truncation is recovered, not a SIGBUS of the process.
+    #[test]
+    fn registrations_have_no_process_wide_limit() {
+        let page = crate::sys::mmap::page_size();
+        let f = tempfile_with(&vec![0x11; 2 * page]);
+        installed().unwrap();
+        let maps: Vec<_> = (0..CHUNK * 5 + 3)
+            .map(|_| GuardedMap::map(Some(f.as_fd()), 0, 2 * page).unwrap())
+            .collect();
+        let last = maps.last().unwrap().as_ptr();
+        assert!(
+            lookup(last as usize).is_some(),
+            "the last region is registered"
+        );
+        f.set_len(page as u64).unwrap();
+        let before = faults();
+        // SAFETY: inside the last mapping, alive here; the page is gone
+        // from the file and the handler puts zeros there.
+        assert_eq!(unsafe { last.add(page).read_volatile() }, 0);
+        assert!(faults() > before);
+        drop(maps);
+        assert!(lookup(last as usize).is_none(), "unregistered on drop");
+        // Freed slots are reused: the registry does not grow again.
+        let again = GuardedMap::map(Some(f.as_fd()), 0, page).unwrap();
+        assert!(lookup(again.as_ptr() as usize).is_some());
     }
 }
