@@ -35,12 +35,30 @@
 //!     removed, served again): the plugin registers again and serves on a
 //!     new socket;
 //!   - SIGTERM: exit 0, its socket and device-info files gone.
+//! * `leftovers_never_reach_the_next_pod`, one plugin process, a pod's
+//!   slot directory as the pod leaves it (a pod owns what is mounted into
+//!   it): a file, a subdirectory with files, a directory of mode 0500, a
+//!   socket, a FIFO, symbolic links to a victim directory outside (at the
+//!   top and deep down) and to a file in it, the directory's own mode
+//!   changed:
+//!   - `GetPreferredAllocation` offers a device whose directory holds
+//!     something after the empty ones;
+//!   - `Allocate` of that device for the next pod (first device): its
+//!     directory is empty, owner 107:107, mode 0770;
+//!   - the same leftovers in a device that becomes a container's second
+//!     device: it is a link to the first one, which is empty;
+//!   - that link given to a later pod as its first device: the link is
+//!     replaced by an empty directory, the directory it pointed to (another
+//!     pod's, with its files) is untouched;
+//!   - after every step the victim directory's entries, their kinds,
+//!     content, owner and mode are unchanged.
 //!
 //! Needs root (directories owned by uid 107) and `vhu-switch`.
 
-use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -446,4 +464,163 @@ fn device_plugin_against_a_test_kubelet() {
         host.join("vhu1").is_dir(),
         "socket directories stay for running pods"
     );
+}
+
+/// The plugin's flags for `slots` devices under `run`, owner and group 107.
+fn plugin_args(run: &RunDir, slots: u32) -> Vec<String> {
+    let path = |p: &str| run.join(p).to_str().unwrap().to_owned();
+    [
+        "--resource".into(),
+        RESOURCE.into(),
+        "--slots".into(),
+        slots.to_string(),
+        "--kubelet-dir".into(),
+        path("device-plugins"),
+        "--host-dir".into(),
+        path("dp"),
+        "--devinfo-dir".into(),
+        path("devinfo/dp"),
+        "--dir-owner".into(),
+        "107".into(),
+        "--dir-group".into(),
+        "107".into(),
+        "--dir-mode".into(),
+        "0770".into(),
+    ]
+    .to_vec()
+}
+
+/// Every entry under `d` (not following links): kind, owner, mode, and a
+/// file's content or a link's target.
+fn snapshot(d: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let m = std::fs::symlink_metadata(d).unwrap();
+    out.insert(
+        PathBuf::from("."),
+        format!("dir {}:{} {:o}", m.uid(), m.gid(), m.mode()),
+    );
+    let mut todo = vec![d.to_owned()];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let what = if m.file_type().is_symlink() {
+                format!("link -> {}", std::fs::read_link(&p).unwrap().display())
+            } else if m.is_dir() {
+                todo.push(p.clone());
+                "dir".to_owned()
+            } else {
+                format!("file {:?}", std::fs::read(&p).unwrap())
+            };
+            let rel = p.strip_prefix(d).unwrap().to_owned();
+            out.insert(
+                rel,
+                format!("{what} {}:{} {:o}", m.uid(), m.gid(), m.mode()),
+            );
+        }
+    }
+    out
+}
+
+/// What a pod may leave in its slot directory `slot` (it owns it), with
+/// links to `victim` outside.
+fn leave_leftovers(slot: &Path, victim: &Path) {
+    std::fs::write(slot.join("note"), b"left for the next pod").unwrap();
+    std::fs::create_dir_all(slot.join("sub/deeper")).unwrap();
+    std::fs::write(slot.join("sub/a"), b"a").unwrap();
+    std::fs::write(slot.join("sub/deeper/b"), b"b").unwrap();
+    symlink(victim, slot.join("victim")).unwrap();
+    symlink(victim, slot.join("sub/deeper/victim")).unwrap();
+    symlink(victim.join("secret"), slot.join("secret")).unwrap();
+    std::os::unix::net::UnixListener::bind(slot.join("net9.sock")).unwrap();
+    let fifo = slot.join("fifo");
+    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(st.success());
+    std::fs::create_dir(slot.join("locked")).unwrap();
+    std::fs::write(slot.join("locked/x"), b"x").unwrap();
+    std::fs::set_permissions(slot.join("locked"), std::fs::Permissions::from_mode(0o500)).unwrap();
+    std::fs::set_permissions(slot, std::fs::Permissions::from_mode(0o1777)).unwrap();
+}
+
+/// Asserts `slot` is an empty directory with the plugin's owner and mode.
+fn assert_fresh(slot: &Path) {
+    let m = std::fs::symlink_metadata(slot).unwrap();
+    assert!(m.is_dir(), "{slot:?}");
+    assert_eq!(
+        (m.uid(), m.gid(), m.mode() & 0o7777),
+        (107, 107, 0o770),
+        "{slot:?}"
+    );
+    assert_eq!(tree(slot), Vec::<String>::new(), "{slot:?} is not empty");
+}
+
+#[test]
+#[ignore = "needs root; run with --include-ignored"]
+fn leftovers_never_reach_the_next_pod() {
+    let run = RunDir::new("devplug-leftovers");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _in_rt = rt.enter();
+    let kdir = run.join("device-plugins");
+    let host = run.join("dp");
+    let mut kubelet = TestKubelet::start(&rt, &kdir);
+    let mut plugin = PluginProc::start(&plugin_args(&run, 4), &run.join("plugin.log"));
+    kubelet.next_register(&rt, Duration::from_secs(20));
+    let mut c = DevicePluginClient::new(connect_unix(&kdir.join("vhu.sock")));
+
+    // The victim: somewhere a pod must not reach through the plugin.
+    let victim = run.join("victim");
+    std::fs::create_dir_all(victim.join("d")).unwrap();
+    std::fs::write(victim.join("secret"), b"victim's").unwrap();
+    std::fs::write(victim.join("d/e"), b"e").unwrap();
+    std::fs::set_permissions(
+        victim.join("secret"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let before = snapshot(&victim);
+    assert_eq!(before.len(), 4, "{before:?}");
+
+    // A pod gets vhu0 and leaves everything it can there.
+    allocate(&rt, &mut c, &[&["vhu0"]]).expect("Allocate vhu0");
+    assert_fresh(&host.join("vhu0"));
+    leave_leftovers(&host.join("vhu0"), &victim);
+    // Once it is gone, kubelet offers vhu0 again: after the empty ones.
+    assert_eq!(preferred(&rt, &mut c, &["vhu0", "vhu1"], &[], 1), ["vhu1"]);
+
+    // The next pod gets vhu0 (its first device): empty, nothing followed.
+    allocate(&rt, &mut c, &[&["vhu0"]]).expect("Allocate vhu0 again");
+    assert_fresh(&host.join("vhu0"));
+    assert_eq!(snapshot(&victim), before, "the victim changed");
+
+    // The same leftovers in a device that becomes a second device.
+    leave_leftovers(&host.join("vhu0"), &victim);
+    allocate(&rt, &mut c, &[&["vhu2", "vhu0"]]).expect("Allocate vhu2, vhu0");
+    assert_eq!(
+        std::fs::read_link(host.join("vhu0")).unwrap(),
+        Path::new("vhu2")
+    );
+    assert_fresh(&host.join("vhu2"));
+    assert_eq!(snapshot(&victim), before, "the victim changed");
+
+    // vhu2's pod lives on (a socket directory); vhu0, a link to it, goes to
+    // another pod as its first device: the link is replaced, not followed.
+    std::fs::create_dir(host.join("vhu2/net1")).unwrap();
+    std::fs::write(host.join("vhu2/net1/sock"), b"").unwrap();
+    let live = tree(&host.join("vhu2"));
+    allocate(&rt, &mut c, &[&["vhu0"]]).expect("Allocate vhu0 as a first device");
+    assert_fresh(&host.join("vhu0"));
+    assert_eq!(
+        tree(&host.join("vhu2")),
+        live,
+        "another pod's directory changed"
+    );
+    assert_eq!(snapshot(&victim), before, "the victim changed");
+
+    let st = plugin.stop();
+    assert!(st.success(), "{st}\n{}", plugin.log());
 }

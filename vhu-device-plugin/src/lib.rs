@@ -10,9 +10,14 @@
 //! * [`connect_unix`]: a gRPC channel over a Unix socket (kubelet's or a
 //!   plugin's);
 //! * [`plugin`]: the `DevicePlugin` service and the register / re-register
-//!   loop the binary runs.
+//!   loop the binary runs;
+//! * [`slotfs`]: file operations in the slots' directories, which pods
+//!   write: by directory descriptor, never following a link.
+
+#![forbid(unsafe_code)]
 
 pub mod plugin;
+pub mod slotfs;
 
 use std::path::{Path, PathBuf};
 

@@ -2,6 +2,8 @@
 //! `vhu-device-plugin`: the kubelet device plugin of vhost-user socket
 //! slots for `vhu-cni` (see `docs/device-plugin.md`).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -11,11 +11,14 @@
 //!
 //! Kubelet never says when an allocation ends: `vhu-cni` DEL removes the
 //! socket (and its `<ifname>` directory) and the CNI's device-info file;
-//! the device's directory stays and is reused by the next `Allocate`.
+//! the device's directory stays until the next `Allocate` of the device,
+//! which removes it with whatever the last pod left there and makes it
+//! anew, never following a link ([`crate::slotfs`]): kubelet offers a
+//! device again only once the pod that had it is gone.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -32,6 +35,7 @@ use crate::api::{
     Mount, PreStartContainerRequest, PreStartContainerResponse, PreferredAllocationRequest,
     PreferredAllocationResponse, RegisterRequest,
 };
+use crate::slotfs::HostDir;
 use crate::{
     connect_unix, device_ids, devinfo_file_name, API_VERSION, HEALTHY, KUBELET_SOCKET, UNHEALTHY,
 };
@@ -120,6 +124,14 @@ impl Config {
         }
         if self.dir_mode > 0o7777 {
             return Err(format!("--dir-mode {:o} is not a file mode", self.dir_mode));
+        }
+        for (flag, id) in [("--dir-owner", self.dir_uid), ("--dir-group", self.dir_gid)] {
+            if id == Some(u32::MAX) {
+                return Err(format!(
+                    "{flag} {} is not an id (it means \"none\")",
+                    u32::MAX
+                ));
+            }
         }
         Ok(())
     }
@@ -291,9 +303,11 @@ impl Plugin {
         self.lock().health.contains_key(id)
     }
 
-    /// Whether a device's directory holds anything (a live attachment).
+    /// Whether a device's directory holds anything (an attachment whose
+    /// CNI DEL did not come, or what a pod left): such devices are offered
+    /// last. A link (another device of a container) is looked through once.
     fn in_use(&self, id: &str) -> bool {
-        std::fs::read_dir(self.cfg.host_dir.join(id)).is_ok_and(|mut d| d.next().is_some())
+        HostDir::open(&self.cfg.host_dir, false).is_ok_and(|h| h.holds_anything(id))
     }
 
     /// Checks a whole `Allocate` before anything is touched.
@@ -310,7 +324,7 @@ impl Plugin {
                     "a container request names no device",
                 ));
             }
-            for (i, id) in c.devices_ids.iter().enumerate() {
+            for id in &c.devices_ids {
                 if !self.known(id) {
                     return Err(self.unknown(id));
                 }
@@ -325,47 +339,28 @@ impl Plugin {
                         self.cfg.host_dir.join(id).display()
                     )));
                 }
-                if i > 0 && !self.is_link(id) && self.in_use(id) {
-                    return Err(Status::failed_precondition(format!(
-                        "device {id}'s directory {} still holds an attachment (a missed CNI DEL?); \
-                         remove its entries",
-                        self.cfg.host_dir.join(id).display()
-                    )));
-                }
             }
         }
         Ok(())
     }
 
-    fn is_link(&self, id: &str) -> bool {
-        std::fs::symlink_metadata(self.cfg.host_dir.join(id))
-            .is_ok_and(|m| m.file_type().is_symlink())
-    }
-
     /// Makes one container's directories and device-info files.
+    ///
+    /// Each device's entry is replaced whatever it holds: the first
+    /// device's by a new empty directory, the others' by a link to it. What
+    /// the last pod of a device left in its directory (files, directories,
+    /// sockets, links to anywhere) is removed without following any link
+    /// ([`HostDir::fresh_dir`]), so the next pod starts from an empty
+    /// directory with the configured owner and mode.
     fn allocate_one(&self, ids: &[String]) -> io::Result<ContainerAllocateResponse> {
         let cfg = &*self.cfg;
         let primary = cfg.host_dir.join(&ids[0]);
-        std::fs::create_dir_all(&cfg.host_dir)?;
-        if self.is_link(&ids[0]) {
-            std::fs::remove_file(&primary)?;
-        }
-        match std::fs::create_dir(&primary) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
-        }
-        std::os::unix::fs::chown(&primary, cfg.dir_uid, cfg.dir_gid)?;
-        std::fs::set_permissions(&primary, std::fs::Permissions::from_mode(cfg.dir_mode))?;
+        let host = HostDir::open(&cfg.host_dir, true)?;
+        host.fresh_dir(&ids[0], cfg.dir_uid, cfg.dir_gid, cfg.dir_mode)?;
         for id in &ids[1..] {
-            let p = cfg.host_dir.join(id);
-            match std::fs::symlink_metadata(&p) {
-                Ok(m) if m.is_dir() => std::fs::remove_dir(&p)?,
-                Ok(_) => std::fs::remove_file(&p)?,
-                Err(_) => {}
-            }
-            std::os::unix::fs::symlink(&ids[0], &p)?;
+            host.fresh_link(&ids[0], id)?;
         }
-        std::fs::create_dir_all(&cfg.devinfo_dir)?;
+        let devinfo = HostDir::open(&cfg.devinfo_dir, true)?;
         let info = serde_json::json!({
             "type": "vhost-user",
             "version": "1.1.0",
@@ -373,12 +368,12 @@ impl Plugin {
         });
         let mut written = Vec::new();
         for id in ids {
-            let f = cfg.devinfo_path(id);
-            let tmp = f.with_extension("tmp");
-            std::fs::write(&tmp, info.to_string())?;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o444))?;
-            std::fs::rename(&tmp, &f)?;
-            written.push(f);
+            devinfo.write_file(
+                &devinfo_file_name(&cfg.resource, id),
+                info.to_string().as_bytes(),
+                0o444,
+            )?;
+            written.push(cfg.devinfo_path(id));
         }
         let mut s = self.lock();
         s.written.extend(written);
@@ -405,8 +400,13 @@ impl Plugin {
     /// plugin deletes its files when it stops).
     pub fn remove_devinfo(&self) {
         let files = std::mem::take(&mut self.lock().written);
+        let Ok(dir) = HostDir::open(&self.cfg.devinfo_dir, false) else {
+            return;
+        };
         for f in files {
-            let _ = std::fs::remove_file(f);
+            if let Some(name) = f.file_name().and_then(|n| n.to_str()) {
+                let _ = dir.remove_file(name);
+            }
         }
     }
 }
