@@ -95,6 +95,9 @@ pub(crate) struct PackedRing {
     broken: bool,
     /// Dirty-page logging, while the frontend has it on.
     pub(super) log: Option<Box<RingLog>>,
+    /// Descriptor reads left to this burst's chain walks
+    /// ([`super::BURST_DESC_BUDGET`]); reset at publication, once a burst.
+    walk_budget: u32,
 }
 
 /// Consecutive used TX buffers returned with one descriptor (IN_ORDER).
@@ -173,6 +176,7 @@ impl PackedRing {
             hint: 0,
             broken: false,
             log: None,
+            walk_budget: super::BURST_DESC_BUDGET,
         };
         r.enable_notification();
         Ok(r)
@@ -390,9 +394,15 @@ impl PackedRing {
     }
 
     /// [`Self::next_chain`] for any buffer but one direct descriptor in
-    /// one region (available: the caller checked).
+    /// one region (available: the caller checked). Every descriptor read
+    /// is charged to the burst's budget; when the budget is spent the
+    /// buffer stays in the ring for the next burst
+    /// ([`super::BURST_DESC_BUDGET`]).
     #[inline(never)]
     fn next_chain_walk(&mut self, writable: bool, out: &mut SegVec) -> Popped {
+        if self.walk_budget < super::MAX_CHAIN_DESCS {
+            return Popped::Empty;
+        }
         // Walk the chain's slots; on a bad descriptor keep walking (without
         // translating) to find the buffer's end and id, so that the ring
         // stays in step with the driver.
@@ -401,19 +411,32 @@ impl PackedRing {
         let mut total: u64 = 0;
         let mut err: Option<DropReason> = None;
         let mut hint = self.hint;
+        // Descriptors read: the chain's slots and an indirect table's
+        // entries.
+        let mut reads: u32 = 0;
         let id = loop {
-            if count == self.size {
-                // Every slot says NEXT: the ring is corrupt. Nothing is
-                // consumed; the queue counts RingBroken once at the end of
-                // the burst.
+            if count == self.size || u32::from(count) == super::MAX_CHAIN_DESCS {
+                // Every slot says NEXT, or more slots than any chain may
+                // take: the ring is corrupt (the chain's end cannot be
+                // found within the bound). Nothing is consumed; the queue
+                // counts RingBroken once at the end of the burst.
                 self.broken = true;
+                self.walk_budget = self.walk_budget.saturating_sub(reads);
                 return Popped::Empty;
             }
             let d = self.read_desc_at(self.desc, usize::from(slot));
             count += 1;
+            reads += 1;
             if err.is_none() {
-                if let Err(e) = self.take_desc(d, writable, count == 1, out, &mut total, &mut hint)
-                {
+                if let Err(e) = self.take_desc(
+                    d,
+                    writable,
+                    count == 1,
+                    out,
+                    &mut total,
+                    &mut hint,
+                    &mut reads,
+                ) {
                     err = Some(e);
                 }
             }
@@ -426,6 +449,7 @@ impl PackedRing {
             }
         };
         self.hint = hint;
+        self.walk_budget = self.walk_budget.saturating_sub(reads);
         self.advance_avail(count);
         self.prefetch_ahead(writable);
         let used = UsedId::new(id, count);
@@ -500,8 +524,12 @@ impl PackedRing {
         }
     }
 
-    /// Validates one descriptor of a chain and appends its buffer(s).
+    /// Validates one descriptor of a chain and appends its buffer(s);
+    /// `reads` counts the descriptors read (an indirect table's entries,
+    /// the table refused before any is read if the chain would then take
+    /// more than [`super::MAX_CHAIN_DESCS`]).
     #[inline]
+    #[allow(clippy::too_many_arguments)] // one walk's state, kept in registers
     fn take_desc(
         &self,
         d: Desc,
@@ -510,6 +538,7 @@ impl PackedRing {
         out: &mut SegVec,
         total: &mut u64,
         hint: &mut usize,
+        reads: &mut u32,
     ) -> Result<(), DropReason> {
         let mem = &*self.mem;
         if d.flags & DESC_F_INDIRECT != 0 {
@@ -518,7 +547,7 @@ impl PackedRing {
                 || d.flags & DESC_F_NEXT != 0
                 || d.len == 0
                 || !d.len.is_multiple_of(16)
-                || d.len / 16 > 32768
+                || d.len / 16 > super::MAX_CHAIN_DESCS - *reads
             {
                 return Err(DropReason::BadDescriptor);
             }
@@ -527,6 +556,7 @@ impl PackedRing {
                 .ok_or(DropReason::BadAddress)?;
             // An indirect table is a plain sequence; its NEXT flags are
             // ignored and nested indirection is refused.
+            *reads += d.len / 16;
             for i in 0..(d.len / 16) as usize {
                 let e = self.read_desc_at(table, i);
                 if e.flags & DESC_F_INDIRECT != 0 {
@@ -649,6 +679,8 @@ impl PackedRing {
     /// Makes the burst's used descriptors visible: one release store.
     #[inline]
     pub(crate) fn publish_used(&mut self) -> bool {
+        // Once a burst: the next burst's walks get their budget again.
+        self.walk_budget = super::BURST_DESC_BUDGET;
         self.close_run();
         match self.pending_head.take() {
             Some((slot, flags)) => {

@@ -98,6 +98,9 @@ pub(crate) struct SplitRing {
     broken: bool,
     /// Dirty-page logging, while the frontend has it on.
     pub(super) log: Option<Box<RingLog>>,
+    /// Descriptor reads left to this burst's chain walks
+    /// ([`super::BURST_DESC_BUDGET`]); reset at publication, once a burst.
+    walk_budget: u32,
 }
 
 // SAFETY: the raw addresses point into the mappings kept alive by `mem`
@@ -155,6 +158,7 @@ impl SplitRing {
             hint: 0,
             broken: false,
             log: None,
+            walk_budget: super::BURST_DESC_BUDGET,
         };
         let used_idx = ring.used_idx_atomic().load(Ordering::Acquire);
         ring.next_used = Wrapping(used_idx);
@@ -266,9 +270,15 @@ impl SplitRing {
     }
 
     /// [`Self::next_chain`] for any other buffer: a chain, an indirect
-    /// table, a buffer across regions, or a bad one.
+    /// table, a buffer across regions, or a bad one. When this burst's
+    /// walks have read their budget, the head goes back to the ring for
+    /// the next burst ([`super::BURST_DESC_BUDGET`]).
     #[inline(never)]
     fn next_chain_walk(&mut self, head: u16, writable: bool, out: &mut SegVec) -> Popped {
+        if self.walk_budget < super::MAX_CHAIN_DESCS {
+            self.next_avail -= 1;
+            return Popped::Empty;
+        }
         match self.parse_chain(head, writable, out) {
             Ok(len) => Popped::Chain(UsedId::new(head, 1), len),
             Err(r) => Popped::Bad((head < self.size).then_some(UsedId::new(head, 1)), r),
@@ -403,7 +413,10 @@ impl SplitRing {
     ///
     /// `writable` selects the direction: device-writable buffers for RX,
     /// device-readable for TX; a descriptor of the other kind fails the
-    /// chain. Returns the total length.
+    /// chain. Returns the total length. Every descriptor read (zero-length
+    /// ones, an indirect descriptor and the entries of its table) is
+    /// charged to the burst's budget; a chain reading more than
+    /// [`super::MAX_CHAIN_DESCS`] is refused.
     ///
     /// Hot path: no allocation, no lock, no syscall.
     #[inline(always)]
@@ -414,8 +427,10 @@ impl SplitRing {
         out: &mut SegVec,
     ) -> Result<u32, DropReason> {
         let mut hint = self.hint;
-        let r = self.parse_chain_at(head, writable, out, &mut hint);
+        let mut reads = 0;
+        let r = self.parse_chain_at(head, writable, out, &mut hint, &mut reads);
         self.hint = hint;
+        self.walk_budget = self.walk_budget.saturating_sub(reads);
         r
     }
 
@@ -426,6 +441,7 @@ impl SplitRing {
         writable: bool,
         out: &mut SegVec,
         hint: &mut usize,
+        reads: &mut u32,
     ) -> Result<u32, DropReason> {
         if head >= self.size {
             return Err(DropReason::BadDescriptor);
@@ -442,8 +458,10 @@ impl SplitRing {
                 return Err(DropReason::BadDescriptor);
             }
             seen += 1;
-            if seen > u32::from(table_len) {
-                // More descriptors than the table holds: a loop.
+            *reads += 1;
+            if seen > u32::from(table_len) || *reads > super::MAX_CHAIN_DESCS {
+                // More descriptors than the table holds (a loop), or more
+                // than any chain may take.
                 return Err(DropReason::BadDescriptor);
             }
             let d = self.read_desc(table, idx);
@@ -521,6 +539,8 @@ impl SplitRing {
     /// Returns whether anything was published.
     #[inline]
     pub(crate) fn publish_used(&mut self) -> bool {
+        // Once a burst: the next burst's walks get their budget again.
+        self.walk_budget = super::BURST_DESC_BUDGET;
         if self.next_used == self.published_used {
             return false;
         }

@@ -870,3 +870,125 @@ fn packed_single_descriptor_buffers_every_shape() {
         assert_eq!(ring.next_chain(writable, &mut segs), Popped::Empty, "{ctx}");
     }
 }
+
+/// Writes an indirect table of `n` zero-length device-readable entries
+/// chained by `next` (split) at `table`.
+fn zero_chain_table(g: &Guest, table: u64, n: u16) {
+    for i in 0..n {
+        let flags = if i + 1 < n { NEXT } else { 0 };
+        g.desc_at(table, i, DATA, 0, flags, i + 1);
+    }
+}
+
+/// A chain may read at most `MAX_CHAIN_DESCS` descriptors, zero-length
+/// ones and the indirect descriptor included. Before the bound, a split
+/// chain's count started again inside an indirect table (up to 65,535
+/// entries), so one chain could cost a PMD tens of microseconds.
+#[test]
+fn split_chains_reading_more_than_the_bound_are_refused() {
+    let g = Guest::new();
+    let max = super::MAX_CHAIN_DESCS as u16;
+    let table = DATA + 0x8000;
+    // The indirect descriptor and `max - 1` entries: the bound exactly.
+    zero_chain_table(&g, table, max - 1);
+    g.desc(0, table, 16 * u32::from(max - 1), INDIRECT, 0);
+    // One entry more: refused.
+    let long = DATA + 0x20000;
+    zero_chain_table(&g, long, max);
+    g.desc(1, long, 16 * u32::from(max), INDIRECT, 0);
+    // 4,000 entries (the old code walked all of them).
+    let longer = DATA + 0x40000;
+    zero_chain_table(&g, longer, 4000);
+    g.desc(2, longer, 16 * 4000, INDIRECT, 0);
+    g.avail(0, &[0, 1, 2]);
+    let mut ring = g.ring(false, true);
+    assert_eq!(parse(&g, &mut ring, false), Ok((0, 0)));
+    assert_eq!(parse(&g, &mut ring, false), Err(DropReason::BadDescriptor));
+    assert_eq!(parse(&g, &mut ring, false), Err(DropReason::BadDescriptor));
+}
+
+/// The walks of one burst read at most about `BURST_DESC_BUDGET`
+/// descriptors: a ring full of worst-case chains gives a burst only as
+/// many as fit, the rest stays available (nothing consumed, nothing
+/// dropped) and the next burst (after publication) takes the next ones.
+#[test]
+fn split_walks_of_one_burst_share_a_descriptor_budget() {
+    let g = Guest::new();
+    let max = super::MAX_CHAIN_DESCS as u16;
+    let table = DATA + 0x8000;
+    zero_chain_table(&g, table, max - 1);
+    g.desc(0, table, 16 * u32::from(max - 1), INDIRECT, 0);
+    // Every avail entry names the same worst-case chain.
+    g.avail(0, &[0; N as usize]);
+    let mut ring = g.ring(false, true);
+    let per_burst = (super::BURST_DESC_BUDGET / super::MAX_CHAIN_DESCS) as usize;
+    assert!(
+        per_burst < N as usize,
+        "the test needs more chains than a burst"
+    );
+    let mut segs = SegVec::with_capacity(super::MAX_CHAIN_SEGS);
+    let mut burst = |ring: &mut SplitRing| {
+        let mut n = 0;
+        loop {
+            segs.clear();
+            match ring.next_chain(false, &mut segs) {
+                super::Popped::Chain(u, 0) => ring.push_used(u.id(), 0),
+                super::Popped::Empty => break,
+                other => panic!("{other:?}"),
+            }
+            n += 1;
+        }
+        ring.publish_used();
+        n
+    };
+    assert_eq!(burst(&mut ring), per_burst);
+    assert_eq!(ring.cached_avail() as usize, N as usize - per_burst);
+    assert_eq!(burst(&mut ring), N as usize - per_burst);
+    assert_eq!(g.used_idx(), N);
+}
+
+/// Packed rings: an indirect table that would take the chain over the
+/// bound is refused before any entry is read, and the budget holds there
+/// too.
+#[test]
+fn packed_walks_are_bounded_per_chain_and_per_burst() {
+    let g = Guest::new();
+    let max = super::MAX_CHAIN_DESCS;
+    let table = DATA + 0x8000;
+    for i in 0..max {
+        g.desc_at(table, i as u16, DATA, 0, 0, 0);
+    }
+    let avail = 1 << 7;
+    let mut ring = packed_ring(&g, crate::device::bits::INDIRECT_DESC);
+    // Slot 0: a table of `max` entries (plus the indirect descriptor:
+    // one over the bound). Slots 1..N: tables of `max - 1`.
+    packed_desc(&g, 0, table, 16 * max, 0, INDIRECT | avail);
+    for s in 1..N {
+        packed_desc(&g, s, table, 16 * (max - 1), s, INDIRECT | avail);
+    }
+    let mut segs = SegVec::with_capacity(super::MAX_CHAIN_SEGS);
+    assert!(matches!(
+        ring.next_chain(false, &mut segs),
+        super::Popped::Bad(Some(_), DropReason::BadDescriptor)
+    ));
+    let mut taken = 1;
+    let mut bursts = 0;
+    while taken < N as usize {
+        let mut n = 0;
+        loop {
+            segs.clear();
+            match ring.next_chain(false, &mut segs) {
+                super::Popped::Chain(u, 0) => ring.push_used(u, 0, false),
+                super::Popped::Empty => break,
+                other => panic!("{other:?}"),
+            }
+            n += 1;
+        }
+        assert!(n as u32 <= super::BURST_DESC_BUDGET / (max - 1), "{n}");
+        assert!(n > 0, "every burst makes progress");
+        ring.publish_used();
+        taken += n;
+        bursts += 1;
+    }
+    assert!(bursts >= 2, "the budget split the ring over bursts");
+}

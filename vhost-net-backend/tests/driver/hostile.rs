@@ -516,3 +516,127 @@ fn rx_without_buffers_drops_no_buffers_then_recovers() {
     );
     assert_eq!(c[0].tx.dropped(), 0);
 }
+
+/// Prints a measured figure (shown with `--nocapture`).
+#[allow(clippy::disallowed_macros)] // a test's figures, not the library's logging
+fn report(line: &str) {
+    eprintln!("{line}");
+}
+
+/// Chains of zero-length descriptors behind indirect tables: every 1 ms the hostile pair's
+/// guest posts 32 chains, each an indirect table of 65,535 zero-length entries chained by
+/// `next`, while the other pair (the neighbour, served by the same data-plane thread) echoes
+/// frames in lock-step. Before the descriptor bounds each such chain was walked to its end
+/// (65,536 reads): 32 of them a millisecond kept the thread busy for longer than that, and
+/// the neighbour's rate fell to a fraction. Now a chain is refused after
+/// `MAX_CHAIN_DESCS` reads and a burst's walks stop at `BURST_DESC_BUDGET`: the neighbour
+/// keeps at least 90 % of its quiet rate (medians of alternating windows), every hostile
+/// chain comes back unused and is counted as `bad_descriptor`, nothing else is dropped.
+#[test]
+fn hostile_long_chains_cost_a_neighbour_little() {
+    const ENTRIES: u16 = u16::MAX;
+    const PER_TICK: usize = 32;
+    const WINDOW: Duration = Duration::from_millis(150);
+    let (echo, mut drv) = hostile_setup("h-long");
+    // One table shared by every hostile chain.
+    let table = drv.alloc_guest(16 * u64::from(ENTRIES)).unwrap();
+    let (gpa, _) = tx_buffer(&mut drv);
+    let entries: Vec<_> = (0..ENTRIES)
+        .map(|i| {
+            let flags = if i + 1 < ENTRIES { DESC_F_NEXT } else { 0 };
+            (gpa, 0, flags, i.wrapping_add(1))
+        })
+        .collect();
+    write_table(&drv, table, &entries);
+    let heads: Vec<u16> = (0..PER_TICK)
+        .map(|_| drv.reserve_desc(0, false).expect("descriptor"))
+        .collect();
+    for &d in &heads {
+        drv.write_desc(
+            0,
+            false,
+            d,
+            table,
+            16 * u32::from(ENTRIES),
+            DESC_F_INDIRECT,
+            0,
+        )
+        .unwrap();
+    }
+    let mut posted = 0u64;
+    let mut back = 0usize;
+    let mut outstanding = 0usize;
+    let mut neighbour = Tally::default();
+    let mut batch = 0usize;
+    // Neighbour round trips in one window, attacking or not.
+    let mut window = |drv: &mut TestDriver, attack: bool| -> u64 {
+        let start = Instant::now();
+        let mut next_tick = start;
+        let mut n = 0;
+        while start.elapsed() < WINDOW {
+            if attack && Instant::now() >= next_tick && outstanding == 0 {
+                for &d in &heads {
+                    drv.push_avail(0, false, d).unwrap();
+                }
+                drv.kick_raw(drv.vring_index(0, false).unwrap()).unwrap();
+                posted += PER_TICK as u64;
+                outstanding = PER_TICK;
+                next_tick += Duration::from_millis(1);
+            }
+            traffic_on(drv, 1, batch, &mut neighbour);
+            batch += 1;
+            n += 1;
+            drv.tx_completions(0);
+            let used = drv.take_raw_used(0, false);
+            assert!(used.iter().all(|&(h, len)| heads.contains(&h) && len == 0));
+            outstanding -= used.len();
+            back += used.len();
+        }
+        n
+    };
+    let (mut quiet, mut attacked) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        quiet.push(window(&mut drv, false));
+        attacked.push(window(&mut drv, true));
+    }
+    let median = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (q, a) = (median(&mut quiet), median(&mut attacked));
+    let ratio = a as f64 / q as f64;
+    // The figures docs/robustness.md reports (`--nocapture`).
+    report(&format!(
+        "neighbour round trips per {WINDOW:?}: quiet {q} (median of {quiet:?}), attacked {a} \
+         ({attacked:?}): {ratio:.3}x; {posted} hostile chains posted"
+    ));
+    // The last tick's chains come back.
+    wait_until("every hostile chain back", || {
+        drv.tx_completions(0);
+        back += drv.take_raw_used(0, false).len();
+        back as u64 == posted
+    });
+    assert!(posted >= 7 * PER_TICK as u64, "the attack ran");
+    assert!(
+        ratio >= 0.9,
+        "the neighbour kept {ratio:.3}x of its quiet rate"
+    );
+    let c = echo.counters(0).tx;
+    assert_eq!(c.drops_for(DropReason::BadDescriptor), posted);
+    assert_eq!(
+        c.dropped(),
+        posted,
+        "nothing but the hostile chains dropped"
+    );
+    let n = echo.counters(1);
+    assert_eq!(
+        n.tx.dropped() + n.rx.dropped(),
+        0,
+        "the neighbour lost nothing"
+    );
+    assert_eq!(n.tx.packets, neighbour.frames);
+    for d in heads {
+        drv.release_desc(0, false, d).unwrap();
+    }
+    hostile_epilogue(echo, drv, neighbour, &[(DropReason::BadDescriptor, posted)]);
+}
