@@ -14,6 +14,7 @@
 //! fdb_aging_secs = 300
 //! fdb_max_entries = 8192
 //! fdb_max_per_port = 1024
+//! max_guest_memory_mib = 524288  # per vhost-user port (512 GiB, the default)
 //! port_kinds = ["vhost-user", "af_packet"]  # default: every kind (docs/switch.md, "Privileges")
 //!
 //! [[port]]
@@ -46,6 +47,9 @@ pub const DEFAULT_SOCKET_DIR: &str = "/run/vhu/sockets";
 /// Default directory of the persisted state (ports created through the
 /// API).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/vhu";
+/// Largest `max_guest_memory_mib`: 128 TiB, the user address space of a
+/// 47-bit x86-64 process.
+pub const MAX_GUEST_MEMORY_MIB: u64 = 128 << 20;
 /// Most PMD threads.
 pub const MAX_PMDS: usize = 64;
 
@@ -111,6 +115,7 @@ struct SwitchTable {
     fdb_max_entries: Option<Spanned<u64>>,
     fdb_max_per_port: Option<Spanned<u64>>,
     port_kinds: Option<Spanned<Vec<String>>>,
+    max_guest_memory_mib: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -138,6 +143,8 @@ pub struct Overrides {
     pub log_format: Option<LogFormat>,
     /// `--port-kinds vhost-user,af_packet`.
     pub port_kinds: Option<Vec<String>>,
+    /// `--max-guest-memory-mib`.
+    pub max_guest_memory_mib: Option<u64>,
 }
 
 /// The validated configuration.
@@ -164,6 +171,10 @@ pub struct Config {
     /// The port kinds the switch may serve (`None`: every kind); it keeps
     /// only the capabilities these may use.
     pub port_kinds: Option<Vec<PortClass>>,
+    /// Most guest memory a vhost-user port maps for one frontend, in
+    /// bytes (`max_guest_memory_mib`; default
+    /// [`vhost_net_backend::DEFAULT_MAX_GUEST_MEMORY`], 512 GiB).
+    pub max_guest_memory: u64,
 }
 
 impl Default for Config {
@@ -180,6 +191,7 @@ impl Default for Config {
             ports: Vec::new(),
             port_places: Vec::new(),
             port_kinds: None,
+            max_guest_memory: vhost_net_backend::DEFAULT_MAX_GUEST_MEMORY,
         }
     }
 }
@@ -326,6 +338,21 @@ impl Config {
             match check_kinds(k.get_ref()) {
                 Ok(v) => cfg.port_kinds = Some(v),
                 Err(m) => errs.push(format!("{}: port_kinds: {m}", at(k.span()))),
+            }
+        }
+        let mib = sw.max_guest_memory_mib.as_ref();
+        let mib = mib.map(|v| (*v.get_ref(), at(v.span())));
+        let flag = flags
+            .max_guest_memory_mib
+            .map(|v| (v, "--max-guest-memory-mib".to_owned()));
+        // The flag wins over the file.
+        for (v, place) in [mib, flag].into_iter().flatten() {
+            if v == 0 || v > MAX_GUEST_MEMORY_MIB {
+                errs.push(format!(
+                    "{place}: max_guest_memory_mib = {v} is out of range 1-{MAX_GUEST_MEMORY_MIB}"
+                ));
+            } else {
+                cfg.max_guest_memory = v << 20;
             }
         }
         // Flags win over the file.
@@ -640,6 +667,25 @@ interface = "eth0"
         };
         let c = Config::from_toml(text, "f", &flags).unwrap();
         assert_eq!(c.port_kinds, Some(vec![PortClass::Tap, PortClass::PodTap]));
+    }
+
+    #[test]
+    fn max_guest_memory_from_the_file_and_the_flag() {
+        let c = load("").unwrap();
+        assert_eq!(c.max_guest_memory, 512 << 30);
+        let c = load("[switch]\nmax_guest_memory_mib = 64\n").unwrap();
+        assert_eq!(c.max_guest_memory, 64 << 20);
+        let flags = Overrides {
+            max_guest_memory_mib: Some(128),
+            ..Overrides::default()
+        };
+        let c = Config::from_toml("[switch]\nmax_guest_memory_mib = 64\n", "f", &flags).unwrap();
+        assert_eq!(c.max_guest_memory, 128 << 20, "the flag wins");
+        let e = load("[switch]\nmax_guest_memory_mib = 0\n").unwrap_err().0;
+        assert!(
+            e[0].contains("max_guest_memory_mib = 0 is out of range"),
+            "{e:?}"
+        );
     }
 
     #[test]

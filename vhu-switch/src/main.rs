@@ -4,7 +4,7 @@
 //! ```text
 //! vhu-switch [--config FILE] [--control-socket PATH] [--socket-dir DIR] [--state-dir DIR]
 //!            [--pmd-cpus CPU[,CPU...]] [--poll busy|adaptive|interrupt] [--log-format plain|json]
-//!            [--port-kinds KIND[,KIND...]]
+//!            [--port-kinds KIND[,KIND...]] [--max-guest-memory-mib MIB]
 //! ```
 //!
 //! With no arguments it runs on embedded defaults: control socket
@@ -77,6 +77,11 @@ struct Args {
     /// may use.
     #[arg(long, value_delimiter = ',')]
     port_kinds: Option<Vec<String>>,
+    /// Most guest memory a vhost-user port maps for one frontend, in MiB
+    /// (default 524288: 512 GiB); a larger memory table is refused, the
+    /// port stays up.
+    #[arg(long)]
+    max_guest_memory_mib: Option<u64>,
 }
 
 fn parse_poll(s: &str) -> Result<PollMode, String> {
@@ -149,6 +154,7 @@ fn main() -> ExitCode {
         poll: args.poll,
         log_format: args.log_format,
         port_kinds: args.port_kinds,
+        max_guest_memory_mib: args.max_guest_memory_mib,
     };
     let cfg = match Config::load(args.config.as_deref(), &flags) {
         Ok(c) => c,
@@ -157,6 +163,7 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
+    vhost_net_backend::set_default_max_guest_memory(cfg.max_guest_memory);
     let policy = match privilege_policy(&cfg) {
         Ok(p) => p,
         Err(e) => {
