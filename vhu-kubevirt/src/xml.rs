@@ -10,10 +10,16 @@
 //! everything else are kept as the events they were. Only the elements the
 //! sidecar edits or creates are written anew.
 
+use std::borrow::Cow;
 use std::fmt;
 
+use quick_xml::events::attributes::Attribute;
 use quick_xml::events::{BytesEnd, BytesStart, BytesText, Event};
-use quick_xml::{Reader, Writer};
+use quick_xml::name::QName;
+use quick_xml::{Reader, Writer, XmlVersion};
+
+/// The XML version values are read as: libvirt writes 1.0 documents.
+const VERSION: XmlVersion = XmlVersion::Implicit1_0;
 
 /// Why a document could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,17 +88,17 @@ impl Element {
 
     /// The tag name as written, with its prefix if any.
     pub fn name(&self) -> &str {
-        std::str::from_utf8(self.start.name().into_inner()).unwrap_or("")
+        self.start.name().into_inner()
     }
 
-    /// The unescaped value of attribute `key`; `None` when absent or
-    /// malformed.
+    /// The value of attribute `key`, unescaped and normalised as an XML
+    /// processor reads it; `None` when absent or malformed.
     pub fn attr(&self, key: &str) -> Option<String> {
         self.start
             .attributes()
             .flatten()
-            .find(|a| a.key.as_ref() == key.as_bytes())
-            .and_then(|a| a.unescape_value().ok().map(|v| v.into_owned()))
+            .find(|a| a.key.as_ref() == key)
+            .and_then(|a| a.normalized_value(VERSION).ok().map(|v| v.into_owned()))
     }
 
     /// Sets attribute `key` to `value`, keeping the other attributes (raw,
@@ -101,32 +107,35 @@ impl Element {
         if self.attr(key).as_deref() == Some(value) {
             return;
         }
-        // Values are unescaped and escaped again when written: a value read
-        // in single quotes may hold a `"`.
-        let old: Vec<(String, String)> = self
+        // The others are written in double quotes: raw as read, but a value
+        // read in single quotes that holds a `"` is read and escaped again.
+        let old: Vec<(String, Cow<'_, str>)> = self
             .start
             .attributes()
             .flatten()
             .map(|a| {
-                (
-                    String::from_utf8_lossy(a.key.as_ref()).into_owned(),
-                    a.unescape_value()
-                        .map(|v| v.into_owned())
-                        .unwrap_or_default(),
-                )
+                let v = if a.value.contains('"') {
+                    let v = a.normalized_value(VERSION).unwrap_or_default();
+                    Cow::Owned(quick_xml::escape::escape(v.as_ref()).into_owned())
+                } else {
+                    a.value
+                };
+                (a.key.as_ref().to_owned(), v)
             })
             .collect();
-        let name = self.name().to_owned();
-        let mut start = BytesStart::new(name);
+        let mut start = BytesStart::new(self.name().to_owned());
         let mut placed = false;
-        for (k, v) in &old {
+        for (k, v) in old {
             if k == key {
                 if !placed {
                     start.push_attribute((key, value));
                     placed = true;
                 }
             } else {
-                start.push_attribute((k.as_str(), v.as_str()));
+                start.push_attribute(Attribute {
+                    key: QName(&k),
+                    value: v,
+                });
             }
         }
         if !placed {
@@ -171,19 +180,16 @@ impl Element {
         let mut s = String::new();
         for n in &self.children {
             match n {
-                Node::Other(Event::Text(t)) => {
-                    if let Ok(t) = t.decode() {
-                        s.push_str(&t);
+                Node::Other(Event::Text(t)) => s.push_str(&t.xml_content(VERSION)),
+                Node::Other(Event::CData(t)) => s.push_str(&t.xml_content(VERSION)),
+                Node::Other(Event::GeneralRef(r)) => match resolve_ref(r) {
+                    Some(c) => s.push(c),
+                    None => {
+                        s.push('&');
+                        s.push_str(r);
+                        s.push(';');
                     }
-                }
-                Node::Other(Event::CData(t)) => s.push_str(&String::from_utf8_lossy(t)),
-                Node::Other(Event::GeneralRef(r)) => {
-                    let name = String::from_utf8_lossy(r).into_owned();
-                    match resolve_ref(&name) {
-                        Some(c) => s.push(c),
-                        None => s.push_str(&format!("&{name};")),
-                    }
-                }
+                },
                 _ => {}
             }
         }
@@ -216,7 +222,7 @@ impl Element {
             .iter()
             .rposition(|n| matches!(n, Node::Element(_)));
         let indent = last_el.and_then(|i| match i.checked_sub(1).map(|j| &self.children[j]) {
-            Some(Node::Other(Event::Text(t))) if t.iter().all(u8::is_ascii_whitespace) => {
+            Some(Node::Other(Event::Text(t))) if t.bytes().all(|b| b.is_ascii_whitespace()) => {
                 Some(t.clone())
             }
             _ => None,
@@ -338,7 +344,7 @@ impl Document {
                     push(&mut stack, &mut top, Node::Element(e));
                 }
                 Event::Text(t) if stack.is_empty() => {
-                    if !t.iter().all(u8::is_ascii_whitespace) {
+                    if !t.bytes().all(|b| b.is_ascii_whitespace()) {
                         return Err(XmlError(format!(
                             "text outside the root element at byte {pos}"
                         )));
@@ -398,7 +404,7 @@ impl Document {
 fn check_attrs(s: &BytesStart<'_>, pos: u64) -> Result<(), XmlError> {
     for a in s.attributes() {
         let a = a.map_err(|e| XmlError(format!("malformed attribute at byte {pos}: {e}")))?;
-        a.unescape_value()
+        a.normalized_value(VERSION)
             .map_err(|e| XmlError(format!("malformed attribute value at byte {pos}: {e}")))?;
     }
     Ok(())
@@ -424,6 +430,12 @@ mod tests {
     }
 
     #[test]
+    fn text_is_read_as_xml_reads_it() {
+        let d = Document::parse(b"<a>x\r\ny&#65;&amp;<![CDATA[<z>]]>&custom;</a>").unwrap();
+        assert_eq!(d.root().text(), "x\nyA&<z>&custom;");
+    }
+
+    #[test]
     fn append_repeats_the_indentation() {
         let mut d = Document::parse(DOC.as_bytes()).unwrap();
         let devices = d.root_mut().child_mut("devices").unwrap();
@@ -442,6 +454,12 @@ mod tests {
         let mut d = Document::parse(b"<a q='say \"hi\"'/>").unwrap();
         d.root_mut().set_attr("r", "1");
         assert_eq!(d.to_bytes(), b"<a q=\"say &quot;hi&quot;\" r=\"1\"/>");
+        // Raw: a tab, a character reference and an entity stay as written
+        // (a reader normalises the tab to a space).
+        let mut d = Document::parse(b"<a x='1\t&#10;2' y=\"&lt;\"/>").unwrap();
+        assert_eq!(d.root().attr("x").as_deref(), Some("1 \n2"));
+        d.root_mut().set_attr("z", "1");
+        assert_eq!(d.to_bytes(), b"<a x=\"1\t&#10;2\" y=\"&lt;\" z=\"1\"/>");
     }
 
     #[test]
