@@ -11,7 +11,6 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -84,6 +83,9 @@ pub struct PortConfig {
     pub mtu: Option<u16>,
     /// Client-role reconnection backoff.
     pub backoff: Backoff,
+    /// Server role: the socket's mode and owner, and whether its missing
+    /// directories are created ([`sys::unix::bind_at`]).
+    pub bind: sys::unix::BindOptions,
     /// Most bytes of guest memory the port maps for one frontend (the sum
     /// of its memory table's regions). A larger `SET_MEM_TABLE` or
     /// `ADD_MEM_REG` is refused before anything is mapped: NACKed, logged,
@@ -127,6 +129,7 @@ impl PortConfig {
             offloads: Offloads::none(),
             mtu: None,
             backoff: Backoff::default(),
+            bind: sys::unix::BindOptions::default(),
             max_guest_memory: default_max_guest_memory(),
         }
     }
@@ -191,8 +194,7 @@ impl std::fmt::Debug for PortInner {
 pub struct Port {
     inner: Arc<PortInner>,
     thread: Option<JoinHandle<()>>,
-    socket: PathBuf,
-    role: SocketRole,
+    bound: Option<sys::unix::BoundSocket>,
 }
 
 impl Port {
@@ -241,9 +243,12 @@ impl Port {
                 QueuePair::new(i, Arc::clone(&vrings[i2]), Arc::clone(&vrings[i2 + 1]))
             })
             .collect();
-        let listener = match cfg.role {
-            SocketRole::Server => Some(bind_socket(&cfg.socket)?),
-            SocketRole::Client => None,
+        let (listener, bound) = match cfg.role {
+            SocketRole::Server => {
+                let (l, b) = bind_socket(&cfg.socket, &cfg.bind)?;
+                (Some(l), Some(b))
+            }
+            SocketRole::Client => (None, None),
         };
         let inner = Arc::new(PortInner {
             name: cfg.name.clone(),
@@ -280,8 +285,7 @@ impl Port {
             Port {
                 inner,
                 thread: Some(thread),
-                socket: cfg.socket,
-                role: cfg.role,
+                bound,
             },
             qps,
         ))
@@ -350,8 +354,9 @@ impl Port {
             if t.join().is_err() {
                 tracing::error!("port {}: control thread panicked", self.inner.name);
             }
-            if self.role == SocketRole::Server {
-                let _ = std::fs::remove_file(&self.socket);
+            // Relative to the held directory, and only the socket bound.
+            if let Some(b) = &self.bound {
+                let _ = b.remove();
             }
         }
     }
@@ -367,32 +372,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Binds the server socket, replacing a stale socket file.
-fn bind_socket(path: &Path) -> Result<UnixListener, PortError> {
-    match std::fs::symlink_metadata(path) {
-        Ok(md) if md.file_type().is_socket() => match crate::sys::unix::connect(path) {
-            Ok(_) => return Err(PortError::SocketInUse(path.to_owned())),
-            Err(_) => {
-                tracing::info!("removing stale socket {}", path.display());
-                std::fs::remove_file(path).map_err(|source| PortError::Listen {
-                    path: path.to_owned(),
-                    source,
-                })?;
-            }
-        },
-        Ok(_) => return Err(PortError::NotASocket(path.to_owned())),
-        Err(_) => {}
-    }
-    let l = crate::sys::unix::bind(path).map_err(|source| PortError::Listen {
+/// Binds the server socket, replacing a stale socket file, without
+/// following a link a tenant put on the way ([`sys::unix::bind_at`]).
+fn bind_socket(
+    path: &Path,
+    opts: &sys::unix::BindOptions,
+) -> Result<(UnixListener, sys::unix::BoundSocket), PortError> {
+    let listen = |source| PortError::Listen {
         path: path.to_owned(),
         source,
+    };
+    let (l, b) = sys::unix::bind_at(path, opts).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => PortError::SocketInUse(path.to_owned()),
+        _ => listen(e),
     })?;
-    l.set_nonblocking(true)
-        .map_err(|source| PortError::Listen {
-            path: path.to_owned(),
-            source,
-        })?;
-    Ok(l)
+    l.set_nonblocking(true).map_err(listen)?;
+    Ok((l, b))
 }
 
 const TOKEN_SHUTDOWN: u64 = 1;
@@ -449,7 +444,7 @@ fn serve_client(inner: &PortInner, path: &Path, backoff: Backoff) {
     let mut delay = backoff.initial;
     let mut reported = false;
     while !inner.shutdown.load(Ordering::Acquire) {
-        match crate::sys::unix::connect(path) {
+        match crate::sys::unix::connect_checked(path) {
             Ok(stream) => {
                 delay = backoff.initial;
                 reported = false;

@@ -13,7 +13,6 @@
 //! when the port is removed.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig, FanoutMode};
@@ -236,25 +235,35 @@ fn guest(spec: &PortSpec, socket_dir: &Path) -> Result<(End, Handle), Refusal> {
     let group = group
         .transpose()
         .map_err(|m| Refusal::invalid(format!("{who}: group: {m}")))?;
-    if server {
-        // The switch's own socket directory is created; another directory
-        // must exist (an API client does not create directories anywhere
-        // the switch may write).
+    // A server socket's missing directories are created only under the
+    // switch's own socket directory (an API client does not create
+    // directories anywhere the switch may write); another directory must
+    // exist. Either way it is walked without following a link a tenant put
+    // there, and the socket gets its owner and mode before it appears
+    // (vhost_net_backend::sys::unix, "In a directory a tenant may write").
+    let create_dirs = path
+        .parent()
+        .is_some_and(|d| d.starts_with(socket_dir))
+        .then_some(0o755);
+    if server && create_dirs.is_none() {
         if let Some(dir) = path.parent() {
-            if dir.starts_with(socket_dir) {
-                fs::create_dir_all(dir).map_err(|e| {
-                    Refusal::invalid(format!(
-                        "{who}: cannot create the socket directory {}: {e}",
-                        dir.display()
-                    ))
-                })?;
-            } else if !dir.is_dir() {
+            if !dir.exists() {
                 return Err(Refusal::invalid(format!(
                     "{who}: socket: the directory {} does not exist; create it first (only the switch's socket directory {} is created)",
                     dir.display(),
                     socket_dir.display()
                 )));
             }
+        }
+    }
+    if !server {
+        // The VMM's socket: refused now if it is there and is a link, not
+        // a socket, or another tenant's; not there yet is fine (the port
+        // connects when it appears, checking it again each time).
+        match sys::unix::open_client_socket(&path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Refusal::invalid(format!("{who}: socket: {e}"))),
         }
     }
     let mut cfg = PortConfig::new(spec.name.clone(), path.clone());
@@ -270,21 +279,19 @@ fn guest(spec: &PortSpec, socket_dir: &Path) -> Result<(End, Handle), Refusal> {
         Offloads::none()
     };
     cfg.mtu = spec.mtu.and_then(|m| u16::try_from(m).ok());
+    if server {
+        cfg.bind = sys::unix::BindOptions {
+            mode: Some(spec.mode_bits()),
+            owner,
+            group,
+            create_dirs,
+        };
+    }
     let (port, qps) = Port::new(cfg).map_err(|e| match e {
         PortError::SocketInUse(_) => Refusal::conflict(format!("{who}: {}", chain(&e))),
         PortError::Resource(_) => Refusal::failed(format!("{who}: {}", chain(&e))),
         _ => Refusal::invalid(format!("{who}: {}", chain(&e))),
     })?;
-    if server {
-        let mode = spec.mode_bits();
-        let set = fs::set_permissions(&path, fs::Permissions::from_mode(mode))
-            .and_then(|()| std::os::unix::fs::chown(&path, owner, group));
-        if let Err(e) = set {
-            return Err(Refusal::invalid(format!(
-                "{who}: cannot set the socket's owner, group or mode: {e}"
-            )));
-        }
-    }
     tracing::info!(
         "{who}: vhost-user {} on {} ({} queue pairs)",
         if server { "server" } else { "client" },

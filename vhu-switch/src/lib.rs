@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod persist;
 pub mod pmd;
 pub mod privilege;
+pub mod seccomp;
 pub mod switch;
 #[cfg(test)]
 mod test_uplink;

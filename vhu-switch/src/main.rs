@@ -4,7 +4,7 @@
 //! ```text
 //! vhu-switch [--config FILE] [--control-socket PATH] [--socket-dir DIR] [--state-dir DIR]
 //!            [--pmd-cpus CPU[,CPU...]] [--poll busy|adaptive|interrupt] [--log-format plain|json]
-//!            [--port-kinds KIND[,KIND...]] [--max-guest-memory-mib MIB]
+//!            [--port-kinds KIND[,KIND...]] [--max-guest-memory-mib MIB] [--seccomp off|log|enforce]
 //! ```
 //!
 //! With no arguments it runs on embedded defaults: control socket
@@ -17,8 +17,9 @@
 //! a configured port the held capabilities cannot serve is such an error)
 //! -> logging -> every capability the allowed port kinds cannot use is
 //! dropped (the sets are logged; docs/switch.md, "Privileges") -> the
-//! control socket is bound -> the PMD thread starts -> the configured
-//! ports, then the persisted ones, are created -> requests are
+//! control socket is bound -> the PMD thread starts -> the seccomp filter
+//! is installed on every thread (docs/switch.md, "Seccomp") -> the
+//! configured ports, then the persisted ones, are created -> requests are
 //! served until SIGINT or SIGTERM -> the PMD stops, every port is closed and
 //! the sockets the switch created are removed -> exit 0.
 //!
@@ -41,6 +42,7 @@ use vhost_net_backend::sys::caps;
 use vhu_switch::api::{openapi, server};
 use vhu_switch::config::{Config, ConfigErrors, LogFormat, Overrides, PollMode};
 use vhu_switch::privilege;
+use vhu_switch::seccomp;
 use vhu_switch::switch::{LogControl, Switch};
 
 /// The default log filter.
@@ -82,6 +84,15 @@ struct Args {
     /// port stays up.
     #[arg(long)]
     max_guest_memory_mib: Option<u64>,
+    /// The seccomp filter installed on every thread once started: `enforce`
+    /// (a call outside the allow-list fails with EPERM), `log` (allowed and
+    /// logged by the kernel), `off`.
+    #[arg(long, env = "VHU_SECCOMP", value_parser = parse_seccomp, default_value = "enforce")]
+    seccomp: seccomp::Mode,
+}
+
+fn parse_seccomp(s: &str) -> Result<seccomp::Mode, String> {
+    seccomp::Mode::parse(s).ok_or_else(|| format!("{s:?}: expected off, log or enforce"))
 }
 
 fn parse_poll(s: &str) -> Result<PollMode, String> {
@@ -188,7 +199,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    match run(cfg, log) {
+    match run(cfg, log, args.seccomp) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -222,7 +233,7 @@ fn privilege_policy(cfg: &Config) -> Result<privilege::Policy, ConfigErrors> {
     }
 }
 
-fn run(cfg: Config, log: LogControl) -> Result<(), String> {
+fn run(cfg: Config, log: LogControl, filter: seccomp::Mode) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
@@ -242,6 +253,13 @@ fn run(cfg: Config, log: LogControl) -> Result<(), String> {
         cfg.poll
     );
     let sw = Switch::start(cfg, log)?;
+    // Every thread now running (PMDs, links' watchers) and every one
+    // started from here on (ports' control threads) is filtered.
+    if let Err(e) = seccomp::install(filter) {
+        sw.shutdown();
+        return Err(e);
+    }
+    tracing::info!("seccomp filter: {filter:?}");
     let restored = sw.restore();
     let served = match restored {
         Ok(()) => {

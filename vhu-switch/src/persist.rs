@@ -7,21 +7,34 @@
 //! directory is fsynced so that the rename itself is durable. A crash at any
 //! point leaves either the old list or the new one.
 //!
+//! The file is the switch's alone: mode `0600` (it names every tenant's
+//! sockets, namespaces and MACs), written in the state directory held open
+//! (a missing one is made `0700`), the temporary file created with
+//! `O_NOFOLLOW` after any leftover of that name is unlinked (so a link put
+//! there is neither followed nor written through, and a leftover's looser
+//! mode is not inherited), and renamed relative to the held directory.
+//!
 //! The file is `{"version": 1, "ports": [<port objects>]}`. A file that does
 //! not parse is not silently replaced: loading it fails with its path, and
 //! the operator decides.
 
-use std::fs::{self, File, OpenOptions};
+use std::ffi::OsStr;
+use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use vhost_net_backend::sys::dirfd::Dir;
 use vhu_api::PortSpec;
 
 /// The file's name under the state directory.
 pub const FILE_NAME: &str = "ports.json";
 /// The format version written.
 pub const VERSION: u32 = 1;
+/// The file's mode: the switch's alone.
+pub const FILE_MODE: u32 = 0o600;
+/// The mode of a state directory the switch makes.
+const DIR_MODE: u32 = 0o700;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,7 +123,9 @@ impl Store {
             let path = path.to_owned();
             move |source| PersistError::Io { path, step, source }
         };
-        fs::create_dir_all(&self.dir).map_err(io(&self.dir, "create the directory"))?;
+        let dir_path = std::path::absolute(&self.dir).map_err(io(&self.dir, "resolve"))?;
+        let dir =
+            Dir::open(&dir_path, Some(DIR_MODE)).map_err(io(&self.dir, "open the directory"))?;
         let body = serde_json::to_vec_pretty(&Stored {
             version: VERSION,
             ports: ports.to_vec(),
@@ -119,22 +134,27 @@ impl Store {
             path: self.path(),
             reason: e.to_string(),
         })?;
-        let tmp = self.dir.join(format!(".{FILE_NAME}.tmp"));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
+        let tmp_name = format!(".{FILE_NAME}.tmp");
+        let tmp_name = OsStr::new(&tmp_name);
+        let tmp = self.dir.join(tmp_name);
+        match dir.unlink(tmp_name) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io(&tmp, "remove")(e)),
+            _ => {}
+        }
+        let mut f = dir
+            .create_file(tmp_name, FILE_MODE)
             .map_err(io(&tmp, "create"))?;
+        // Whatever the umask: the file is the switch's alone.
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(FILE_MODE))
+            .map_err(io(&tmp, "set the mode of"))?;
         f.write_all(&body).map_err(io(&tmp, "write"))?;
         f.write_all(b"\n").map_err(io(&tmp, "write"))?;
         f.sync_all().map_err(io(&tmp, "fsync"))?;
         drop(f);
         let path = self.path();
-        fs::rename(&tmp, &path).map_err(io(&path, "rename the new state over"))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(&self.dir, "fsync the directory"))?;
+        dir.rename(tmp_name, &dir, OsStr::new(FILE_NAME), false)
+            .map_err(io(&path, "rename the new state over"))?;
+        dir.sync().map_err(io(&self.dir, "fsync the directory"))?;
         Ok(())
     }
 }
@@ -170,6 +190,27 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from(FILE_NAME)]);
+        use std::os::unix::fs::MetadataExt;
+        let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(&s.path()), 0o600);
+        assert_eq!(mode(&dir.join("nested")), 0o700);
+        // A link left at the temporary file's name is replaced, not
+        // written through; an existing file's looser mode goes.
+        let victim = dir.join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        std::os::unix::fs::symlink(
+            &victim,
+            dir.join("nested").join(format!(".{FILE_NAME}.tmp")),
+        )
+        .unwrap();
+        fs::set_permissions(
+            s.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        s.save(&[]).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(mode(&s.path()), 0o600);
         fs::remove_dir_all(dir).unwrap();
     }
 

@@ -18,11 +18,20 @@
 //! |---|---|
 //! | `vhost-user` (server or client), `pmd_cpus` pinning | nothing |
 //! | `vhost-user` with `owner`/`group` other than the switch's | `CAP_CHOWN` |
-//! | `vhost-user` socket in another user's directory (KubeVirt's `0770`) | `CAP_DAC_OVERRIDE` (or the switch in that group) |
+//! | `vhost-user` socket in another user's directory (KubeVirt's `0770`) | the switch in that directory's group (never `CAP_DAC_OVERRIDE`, which it drops) |
 //! | `af_packet` (qdisc bypass, fanout, vnet header included) | `CAP_NET_RAW` |
 //! | `af_xdp` | `CAP_NET_RAW`, `CAP_NET_ADMIN` (XSKMAP, attach), `CAP_BPF`, `CAP_IPC_LOCK` (or an unlimited `RLIMIT_MEMLOCK`) |
 //! | `tap` | `CAP_NET_ADMIN` |
 //! | `tap` with `netns` (a pod's TAP) | `CAP_NET_ADMIN`, `CAP_SYS_ADMIN` (`setns`) |
+//!
+//! `CAP_DAC_OVERRIDE` is never kept: with it, every file operation the
+//! switch makes in a pod's directory would pass the permission checks that
+//! keep a tenant's links from reaching other users' files. A socket
+//! directory of another user is reached through its group instead: the
+//! directory is made with a group the switch is in (KubeVirt's and the
+//! device plugin's `0770` directories of uid 107, group 107), and the
+//! operator adds the switch to it (systemd `SupplementaryGroups=`,
+//! Kubernetes `securityContext.supplementalGroups`).
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -89,7 +98,7 @@ impl PortClass {
     /// for it.
     pub fn may_use(self) -> CapSet {
         CapSet::of(match self {
-            PortClass::VhostUser => &[Cap::CHOWN, Cap::DAC_OVERRIDE],
+            PortClass::VhostUser => &[Cap::CHOWN],
             PortClass::AfPacket => &[Cap::NET_RAW],
             PortClass::AfXdp => &[Cap::NET_RAW, Cap::NET_ADMIN, Cap::BPF, Cap::IPC_LOCK],
             PortClass::Tap => &[Cap::NET_ADMIN],
@@ -393,9 +402,12 @@ mod tests {
             all,
             me(),
         );
-        assert_eq!(
-            p.held,
-            CapSet::of(&[Cap::CHOWN, Cap::DAC_OVERRIDE, Cap::NET_RAW])
+        assert_eq!(p.held, CapSet::of(&[Cap::CHOWN, Cap::NET_RAW]));
+        let p_all = Policy::new(None, all, me());
+        assert!(
+            !p_all.held.contains(Cap::DAC_OVERRIDE),
+            "never CAP_DAC_OVERRIDE: {}",
+            p_all.held
         );
         let tap = PortSpec::new("t", PortKind::Tap);
         let m = p.refusal(&tap).unwrap();
