@@ -65,6 +65,14 @@ const USED: u16 = 1 << 15;
 /// (`ring::MAX_CHAIN_SEGS`), or all the chains of one RX frame
 /// (`ring::MAX_RX_FRAME_SEGS`).
 const TX_SEG_CAP: usize = 256;
+/// Buffer descriptors one chain may take (`ring::MAX_CHAIN_DESCS`; a walk
+/// reads one indirect descriptor more, `MAX_CHAIN_READS`), and one burst's
+/// walks (`ring::BURST_DESC_BUDGET`): a walk starts only while
+/// `MAX_CHAIN_READS` of the budget are left; one direct descriptor taken
+/// inline is not charged.
+const MAX_CHAIN_DESCS: u32 = 256;
+const MAX_CHAIN_READS: u32 = MAX_CHAIN_DESCS + 1;
+const BURST_DESC_BUDGET: u32 = 2048;
 const RX_SEG_CAP: usize = 1024;
 
 /// Chains one TX batch takes at most (`queue::tx::TX_BATCH`), and the
@@ -335,6 +343,7 @@ fn split_chain(
     head: u16,
     writable: bool,
     segs: &mut Segs,
+    reads: &mut u32,
 ) -> Result<u32, DropReason> {
     if head >= c.size {
         return Err(DropReason::BadDescriptor);
@@ -350,8 +359,12 @@ fn split_chain(
             return Err(DropReason::BadDescriptor);
         }
         seen += 1;
+        *reads += 1;
         if seen > u32::from(table_len) {
             return Err(DropReason::BadDescriptor);
+        }
+        if *reads > MAX_CHAIN_READS {
+            return Err(DropReason::TooManySegments);
         }
         let d = Desc::read_split(m, table + 16 * u64::from(idx));
         if d.flags & INDIRECT != 0 {
@@ -390,6 +403,7 @@ fn split_chain(
 }
 
 /// One packed descriptor of a chain (`PackedRing::take_desc`).
+#[allow(clippy::too_many_arguments)]
 fn packed_take_desc(
     m: &Mem,
     c: &Cfg,
@@ -398,20 +412,19 @@ fn packed_take_desc(
     first: bool,
     segs: &mut Segs,
     total: &mut u64,
+    reads: &mut u32,
 ) -> Result<(), DropReason> {
     if d.flags & INDIRECT != 0 {
-        if !c.indirect
-            || !first
-            || d.flags & NEXT != 0
-            || d.len == 0
-            || !d.len.is_multiple_of(16)
-            || d.len / 16 > 32768
-        {
+        if !c.indirect || !first || d.flags & NEXT != 0 || d.len == 0 || !d.len.is_multiple_of(16) {
             return Err(DropReason::BadDescriptor);
+        }
+        if d.len / 16 > MAX_CHAIN_READS - *reads {
+            return Err(DropReason::TooManySegments);
         }
         if m.off(d.addr, u64::from(d.len)).is_none() {
             return Err(DropReason::BadAddress);
         }
+        *reads += d.len / 16;
         for i in 0..u64::from(d.len / 16) {
             let e = Desc::read_packed(m, d.addr + 16 * i);
             if e.flags & INDIRECT != 0 {
@@ -652,6 +665,8 @@ struct Dev {
     /// The open run: its first slot, flags and last buffer id.
     run: Option<(u16, u16, u16)>,
     counters: QueueCounters,
+    /// Descriptor reads left to this burst's walks (`walk_budget`).
+    walk_budget: u32,
 }
 
 impl Dev {
@@ -680,6 +695,7 @@ impl Dev {
             created: false,
             broken: false,
             reported_broken: false,
+            walk_budget: BURST_DESC_BUDGET,
             notify_enabled: false,
             next_avail: 0,
             avail_wrap: true,
@@ -862,9 +878,20 @@ impl Dev {
                     return Pop::Empty;
                 }
                 let slot = self.next_avail & (self.size - 1);
-                self.next_avail = self.next_avail.wrapping_add(1);
                 let head = m.r16(avail + 4 + 2 * u64::from(slot));
-                match split_chain(m, c, desc, head, self.rx, segs) {
+                let inline = head < self.size
+                    && self.inline(m, Desc::read_split(m, desc + 16 * u64::from(head)), segs);
+                if !inline && self.walk_budget < MAX_CHAIN_READS {
+                    // The burst's walks read their budget: the chain waits.
+                    return Pop::Empty;
+                }
+                self.next_avail = self.next_avail.wrapping_add(1);
+                let mut reads = 0;
+                let r = split_chain(m, c, desc, head, self.rx, segs, &mut reads);
+                if !inline {
+                    self.walk_budget = self.walk_budget.saturating_sub(reads);
+                }
+                match r {
                     Ok(len) => Pop::Chain {
                         id: head,
                         ndesc: 1,
@@ -878,22 +905,37 @@ impl Dev {
                     return Pop::Empty;
                 }
                 let mut slot = self.next_avail;
+                let head = Desc::read_packed(m, desc + 16 * u64::from(slot));
+                let inline = self.inline(m, head, segs);
+                if !inline && self.walk_budget < MAX_CHAIN_READS {
+                    return Pop::Empty;
+                }
                 let mut count: u16 = 0;
                 let mut total: u64 = 0;
                 let mut err = None;
+                let mut reads: u32 = 0;
                 let id = loop {
-                    if count == self.size {
+                    if count == self.size || u32::from(count) == MAX_CHAIN_DESCS {
                         // Counted once, by finish_burst (regression seed
-                        // `regress-packed-ring-broken-counted-twice`).
+                        // `regress-packed-ring-broken-counted-twice`); a
+                        // chain over MAX_CHAIN_DESCS slots breaks the ring.
                         self.broken = true;
                         return Pop::Empty;
                     }
                     let d = Desc::read_packed(m, desc + 16 * u64::from(slot));
                     count += 1;
+                    reads += 1;
                     if err.is_none() {
-                        if let Err(e) =
-                            packed_take_desc(m, c, d, self.rx, count == 1, segs, &mut total)
-                        {
+                        if let Err(e) = packed_take_desc(
+                            m,
+                            c,
+                            d,
+                            self.rx,
+                            count == 1,
+                            segs,
+                            &mut total,
+                            &mut reads,
+                        ) {
                             err = Some(e);
                         }
                     }
@@ -905,6 +947,9 @@ impl Dev {
                         break d.next_or_id;
                     }
                 };
+                if !inline {
+                    self.walk_budget = self.walk_budget.saturating_sub(reads);
+                }
                 let next = u32::from(self.next_avail) + u32::from(count);
                 if next >= u32::from(self.size) {
                     self.next_avail = (next - u32::from(self.size)) as u16;
@@ -925,6 +970,18 @@ impl Dev {
                 }
             }
         }
+    }
+
+    /// Whether the engine takes a buffer of descriptor `d` on its inline
+    /// path (`next_chain`, `next_four`), which is not charged to the
+    /// burst's budget: one direct descriptor of the wanted direction, not
+    /// empty, inside memory, with room in the segment list.
+    fn inline(&self, m: &Mem, d: Desc, segs: &Segs) -> bool {
+        let want = if self.rx { WRITE } else { 0 };
+        d.flags & (NEXT | INDIRECT | WRITE) == want
+            && d.len > 0
+            && m.off(d.addr, u64::from(d.len)).is_some()
+            && segs.0.len() < segs.1
     }
 
     fn push_used(&mut self, m: &mut Mem, id: u16, ndesc: u16, len: u32) {
@@ -985,6 +1042,8 @@ impl Dev {
     }
 
     fn publish(&mut self, m: &mut Mem) {
+        // `publish_used`: once a burst, the walks get their budget again.
+        self.walk_budget = BURST_DESC_BUDGET;
         match self.area {
             Area::Split { used, .. } => {
                 if self.next_used != self.published_used {

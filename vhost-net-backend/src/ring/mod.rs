@@ -262,21 +262,26 @@ impl Ring {
 /// at most `MAX_SKB_FRAGS + 2` (19) per frame.
 pub const MAX_CHAIN_SEGS: usize = 256;
 
-/// Most descriptors one chain may take, counting every descriptor read:
-/// zero-length ones, an indirect descriptor and each entry of its table.
-/// A longer chain is refused (`BadDescriptor`; a packed chain over this
-/// many slots breaks its ring, as one that never ends does). Real drivers
-/// stay far below: Linux posts at most `MAX_SKB_FRAGS + 2` buffers (19, 47
-/// at the kernel's largest setting) plus an indirect descriptor, and DPDK's
-/// vhost library refuses chains of more than 256 buffers
-/// (`BUF_VECTOR_MAX`). Before, a split chain could read its ring's size
-/// and then an indirect table's 65,535 entries more: 32 such chains kept
-/// a PMD busy for milliseconds.
+/// Most buffer descriptors one chain may take, zero-length ones and an
+/// indirect table's entries counted; with the indirect descriptor itself a
+/// walk reads at most [`MAX_CHAIN_READS`]. A longer chain is refused
+/// (`TooManySegments`; a packed chain over this many slots breaks its ring,
+/// as one that never ends does). Real drivers stay far below: Linux posts
+/// at most `MAX_SKB_FRAGS + 2` buffers (19, 47 at the kernel's largest
+/// setting), and DPDK's vhost library refuses chains of more than 256
+/// buffers (`BUF_VECTOR_MAX`), as [`MAX_CHAIN_SEGS`] does for TX
+/// segments. Before, a split chain could read its ring's size and then an
+/// indirect table's 65,535 entries more: 32 such chains kept a PMD busy
+/// for milliseconds.
 pub const MAX_CHAIN_DESCS: u32 = 256;
+
+/// Most descriptors one chain walk reads: [`MAX_CHAIN_DESCS`] buffers and
+/// one indirect descriptor.
+pub const MAX_CHAIN_READS: u32 = MAX_CHAIN_DESCS + 1;
 
 /// Descriptors the out-of-line chain walks of one burst may read, per
 /// ring (zero-length and indirect entries count). A walk starts only
-/// while at least [`MAX_CHAIN_DESCS`] of it are left; otherwise the
+/// while at least [`MAX_CHAIN_READS`] of it are left; otherwise the
 /// chain stays in the ring for the next burst (TX loses nothing; an RX
 /// frame finds no buffer and is dropped as `no_buffers`). So a hostile
 /// ring costs a burst at most about this many descriptor reads, whatever

@@ -400,7 +400,7 @@ impl PackedRing {
     /// ([`super::BURST_DESC_BUDGET`]).
     #[inline(never)]
     fn next_chain_walk(&mut self, writable: bool, out: &mut SegVec) -> Popped {
-        if self.walk_budget < super::MAX_CHAIN_DESCS {
+        if self.walk_budget < super::MAX_CHAIN_READS {
             return Popped::Empty;
         }
         // Walk the chain's slots; on a bad descriptor keep walking (without
@@ -526,8 +526,8 @@ impl PackedRing {
 
     /// Validates one descriptor of a chain and appends its buffer(s);
     /// `reads` counts the descriptors read (an indirect table's entries,
-    /// the table refused before any is read if the chain would then take
-    /// more than [`super::MAX_CHAIN_DESCS`]).
+    /// the table refused before any is read if the walk would then read
+    /// more than [`super::MAX_CHAIN_READS`]).
     #[inline]
     #[allow(clippy::too_many_arguments)] // one walk's state, kept in registers
     fn take_desc(
@@ -547,9 +547,13 @@ impl PackedRing {
                 || d.flags & DESC_F_NEXT != 0
                 || d.len == 0
                 || !d.len.is_multiple_of(16)
-                || d.len / 16 > super::MAX_CHAIN_DESCS - *reads
             {
                 return Err(DropReason::BadDescriptor);
+            }
+            if d.len / 16 > super::MAX_CHAIN_READS - *reads {
+                // More buffers than any chain may take, empty ones
+                // counted; refused before any is read.
+                return Err(DropReason::TooManySegments);
             }
             let table = mem
                 .translate(d.addr, u64::from(d.len), hint)

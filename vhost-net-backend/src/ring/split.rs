@@ -275,7 +275,7 @@ impl SplitRing {
     /// the next burst ([`super::BURST_DESC_BUDGET`]).
     #[inline(never)]
     fn next_chain_walk(&mut self, head: u16, writable: bool, out: &mut SegVec) -> Popped {
-        if self.walk_budget < super::MAX_CHAIN_DESCS {
+        if self.walk_budget < super::MAX_CHAIN_READS {
             self.next_avail -= 1;
             return Popped::Empty;
         }
@@ -459,10 +459,14 @@ impl SplitRing {
             }
             seen += 1;
             *reads += 1;
-            if seen > u32::from(table_len) || *reads > super::MAX_CHAIN_DESCS {
-                // More descriptors than the table holds (a loop), or more
-                // than any chain may take.
+            if seen > u32::from(table_len) {
+                // More descriptors than the table holds: a loop.
                 return Err(DropReason::BadDescriptor);
+            }
+            if *reads > super::MAX_CHAIN_READS {
+                // More buffers than any chain may take, empty ones
+                // counted.
+                return Err(DropReason::TooManySegments);
             }
             let d = self.read_desc(table, idx);
             if d.flags & DESC_F_INDIRECT != 0 {

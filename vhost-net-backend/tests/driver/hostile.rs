@@ -531,7 +531,7 @@ fn report(line: &str) {
 /// the neighbour's rate fell to a fraction. Now a chain is refused after
 /// `MAX_CHAIN_DESCS` reads and a burst's walks stop at `BURST_DESC_BUDGET`: the neighbour
 /// keeps at least 90 % of its quiet rate (medians of alternating windows), every hostile
-/// chain comes back unused and is counted as `bad_descriptor`, nothing else is dropped.
+/// chain comes back unused and is counted as `too_many_segments`, nothing else is dropped.
 #[test]
 fn hostile_long_chains_cost_a_neighbour_little() {
     const ENTRIES: u16 = u16::MAX;
@@ -622,7 +622,7 @@ fn hostile_long_chains_cost_a_neighbour_little() {
         "the neighbour kept {ratio:.3}x of its quiet rate"
     );
     let c = echo.counters(0).tx;
-    assert_eq!(c.drops_for(DropReason::BadDescriptor), posted);
+    assert_eq!(c.drops_for(DropReason::TooManySegments), posted);
     assert_eq!(
         c.dropped(),
         posted,
@@ -638,5 +638,10 @@ fn hostile_long_chains_cost_a_neighbour_little() {
     for d in heads {
         drv.release_desc(0, false, d).unwrap();
     }
-    hostile_epilogue(echo, drv, neighbour, &[(DropReason::BadDescriptor, posted)]);
+    hostile_epilogue(
+        echo,
+        drv,
+        neighbour,
+        &[(DropReason::TooManySegments, posted)],
+    );
 }
