@@ -183,6 +183,7 @@ impl Control for Fake {
             port: p.name.clone(),
             total: QueueStats::default(),
             queues,
+            fdb: Default::default(),
         })
     }
     fn fdb(&self) -> Vec<FdbEntryView> {

@@ -57,11 +57,14 @@ pub enum DropReason {
     /// The uplink's interface is gone (deleted, or its namespace with it)
     /// and not back yet: the frame had nowhere to go.
     LinkDown,
+    /// A forwarding decision: the frame was to be flooded (broadcast,
+    /// multicast, unknown unicast) beyond its ingress port's flood rate.
+    FloodRate,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::NoBuffers,
         DropReason::BadDescriptor,
         DropReason::BadAddress,
@@ -77,6 +80,7 @@ impl DropReason {
         DropReason::VlanDenied,
         DropReason::Hairpin,
         DropReason::LinkDown,
+        DropReason::FloodRate,
     ];
 
     /// How many reasons there are.
@@ -100,6 +104,7 @@ impl DropReason {
             DropReason::VlanDenied => "vlan_denied",
             DropReason::Hairpin => "hairpin",
             DropReason::LinkDown => "link_down",
+            DropReason::FloodRate => "flood_rate",
         }
     }
 }

@@ -20,6 +20,9 @@
 //! | `mac` | all | the only source MACs the port may send from (anti-spoofing); default: any |
 //! | `mtu` | all | largest IP packet, 68-9216; larger frames are dropped both ways and counted; offered to a vhost-user guest (`VIRTIO_NET_F_MTU`) |
 //! | `vlan` | all | `10` (access port: untagged frames belong to VLAN 10) or `{"trunk": [10, 20], "native": 10}`; default: untagged, VLAN 0 |
+//! | `mac_limit` | all | most addresses the switch learns on the port (1-1000000; its share of the FDB); beyond it a source is not learned, its frames still flow, and the refusal is counted (`fdb.learn_refused`); default: the switch's `fdb_max_per_port` (vhost-user, tap) or half its table (af_xdp, af_packet) |
+//! | `flood_rate` | all | most frames per second the port may flood (broadcast, multicast, unknown unicast; 0-10000000, 0: unlimited); the others are dropped and counted (`flood_rate`); default: the switch's `flood_rate` (vhost-user, tap; 0 unless configured) or unlimited (af_xdp, af_packet) |
+//! | `flood_burst` | all | how many frames over the rate a flood may bring at once (1-1000000); default: the switch's `flood_burst` |
 //! | `offloads` | all | checksum and segmentation offloads; default `true` |
 //! | `owner`, `group`, `mode` | `vhost-user` role `server` | the socket's owner, group (names or numeric ids) and mode (octal string, e.g. `"0660"`) |
 //! | `pmd` | all | pin the port's queues to this PMD thread (index) |
@@ -56,6 +59,14 @@ pub const MAX_MTU: u32 = 9216;
 pub const VLAN_IDS: std::ops::RangeInclusive<u32> = 1..=4094;
 /// Most source MACs a port may be locked to.
 pub const MAX_MACS: usize = 64;
+/// Largest `mac_limit`: more than any FDB a node holds (the switch's
+/// `fdb_max_entries` caps the table anyway).
+pub const MAX_MAC_LIMIT: u32 = 1_000_000;
+/// Largest `flood_rate`, frames per second: above a port's line rate at
+/// 64 bytes on 10 Gb/s (14.9 Mpps is 40 Gb/s).
+pub const MAX_FLOOD_RATE: u32 = 10_000_000;
+/// Largest `flood_burst`, frames.
+pub const MAX_FLOOD_BURST: u32 = 1_000_000;
 
 /// What a port attaches to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -228,6 +239,12 @@ pub struct PortSpec {
     pub mtu: Option<u32>,
     /// VLAN mode.
     pub vlan: Option<Vlan>,
+    /// Most addresses learned on the port (its share of the FDB).
+    pub mac_limit: Option<u32>,
+    /// Most frames per second the port may flood; 0: unlimited.
+    pub flood_rate: Option<u32>,
+    /// Frames a flood may bring at once beyond the rate.
+    pub flood_burst: Option<u32>,
     /// Checksum and segmentation offloads.
     pub offloads: Option<bool>,
     /// vhost-user server: the socket's owner.
@@ -431,6 +448,32 @@ impl PortSpec {
                 if macs[..i].contains(m) {
                     err(&format!("mac[{i}]"), format!("{m} is listed twice"));
                 }
+            }
+        }
+        if let Some(n) = self.mac_limit {
+            if n == 0 || n > MAX_MAC_LIMIT {
+                err(
+                    "mac_limit",
+                    format!("{n} is out of range 1-{MAX_MAC_LIMIT}"),
+                );
+            }
+        }
+        if let Some(n) = self.flood_rate {
+            if n > MAX_FLOOD_RATE {
+                err(
+                    "flood_rate",
+                    format!(
+                        "{n} is out of range 0-{MAX_FLOOD_RATE} (frames per second; 0: unlimited)"
+                    ),
+                );
+            }
+        }
+        if let Some(n) = self.flood_burst {
+            if n == 0 || n > MAX_FLOOD_BURST {
+                err(
+                    "flood_burst",
+                    format!("{n} is out of range 1-{MAX_FLOOD_BURST}"),
+                );
             }
         }
         if let Some(m) = self.mtu {
@@ -671,9 +714,16 @@ mod tests {
             errors(r#"{"name":"t","kind":"tap","interface":"net1","netns":"/run/netns/p"}"#)
                 .is_empty()
         );
+        // A flood rate of 0 is no limit; a burst alone changes the
+        // switch's default burst.
+        assert!(errors(r#"{"name":"a","kind":"vhost-user","flood_rate":0}"#).is_empty());
+        assert!(
+            errors(r#"{"name":"a","kind":"af_packet","interface":"e","flood_burst":5}"#).is_empty()
+        );
         let full = r#"{"name":"vm.2_x-y","kind":"vhost-user","role":"server","socket":"vm2.sock",
             "queues":4,"mac":["52:54:00:00:00:02"],"mtu":9000,"vlan":{"trunk":[10,20],"native":10},
-            "offloads":false,"owner":"libvirt-qemu","group":"kvm","mode":"0660","pmd":1}"#;
+            "offloads":false,"owner":"libvirt-qemu","group":"kvm","mode":"0660","pmd":1,
+            "mac_limit":16,"flood_rate":1000,"flood_burst":100}"#;
         assert!(errors(full).is_empty(), "{:?}", errors(full));
         let p = parse(full).unwrap();
         assert_eq!(p.mode_bits(), 0o660);
@@ -749,6 +799,22 @@ mod tests {
             (
                 r#"{"name":"a","kind":"vhost-user","vlan":{"trunk":[3],"native":4}}"#,
                 "allowed list",
+            ),
+            (
+                r#"{"name":"a","kind":"vhost-user","mac_limit":0}"#,
+                "mac_limit: 0 is out of range 1-1000000",
+            ),
+            (
+                r#"{"name":"a","kind":"tap","interface":"t","mac_limit":1000001}"#,
+                "mac_limit: 1000001 is out of range",
+            ),
+            (
+                r#"{"name":"a","kind":"vhost-user","flood_rate":10000001}"#,
+                "flood_rate: 10000001 is out of range 0-10000000",
+            ),
+            (
+                r#"{"name":"a","kind":"vhost-user","flood_burst":0}"#,
+                "flood_burst: 0 is out of range 1-1000000",
             ),
             (
                 r#"{"name":"a","kind":"vhost-user","mtu":67}"#,

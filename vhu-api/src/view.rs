@@ -118,6 +118,24 @@ pub struct PortStats {
     pub total: QueueStats,
     /// Per queue (pair), by index.
     pub queues: Vec<QueueStats>,
+    /// The port's share of the FDB.
+    #[serde(default)]
+    pub fdb: PortFdbStats,
+}
+
+/// A port's share of the FDB, in `GET /ports/{name}/stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortFdbStats {
+    /// Addresses learned on the port now.
+    pub learned: u64,
+    /// Its quota: the port's `mac_limit`, or the switch's default for its
+    /// kind.
+    pub limit: u64,
+    /// Source addresses not learned because the port held its quota or the
+    /// table was full (once per address per source burst; their frames were
+    /// forwarded).
+    pub learn_refused: u64,
 }
 
 /// An element of `GET /fdb`.

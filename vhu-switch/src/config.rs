@@ -13,7 +13,9 @@
 //! log_format = "plain"    # plain | json
 //! fdb_aging_secs = 300
 //! fdb_max_entries = 8192
-//! fdb_max_per_port = 1024
+//! fdb_max_per_port = 256  # default: fdb_max_entries / 32 (vhost-user and tap ports)
+//! flood_rate = 0          # frames/s each vhost-user or tap port may flood; 0: unlimited
+//! flood_burst = 64
 //! max_guest_memory_mib = 524288  # per vhost-user port (512 GiB, the default)
 //! port_kinds = ["vhost-user", "af_packet"]  # default: every kind (docs/switch.md, "Privileges")
 //!
@@ -114,6 +116,8 @@ struct SwitchTable {
     fdb_aging_secs: Option<Spanned<u64>>,
     fdb_max_entries: Option<Spanned<u64>>,
     fdb_max_per_port: Option<Spanned<u64>>,
+    flood_rate: Option<Spanned<u64>>,
+    flood_burst: Option<Spanned<u64>>,
     port_kinds: Option<Spanned<Vec<String>>>,
     max_guest_memory_mib: Option<Spanned<u64>>,
 }
@@ -164,6 +168,12 @@ pub struct Config {
     pub log_format: LogFormat,
     /// FDB limits and aging.
     pub fdb: FdbConfig,
+    /// Frames per second a vhost-user or tap port without a `flood_rate`
+    /// may flood (0: unlimited).
+    pub flood_rate: u32,
+    /// Frames a flood may bring at once beyond the rate, for a port
+    /// without a `flood_burst`.
+    pub flood_burst: u32,
     /// Ports from the file, in order.
     pub ports: Vec<PortSpec>,
     /// Each port's place in the file (`FILE:LINE:COL`), in the same order.
@@ -188,6 +198,8 @@ impl Default for Config {
             poll: PollMode::Adaptive,
             log_format: LogFormat::Plain,
             fdb: FdbConfig::default(),
+            flood_rate: crate::pmd::DEFAULT_FLOOD_RATE,
+            flood_burst: crate::pmd::DEFAULT_FLOOD_BURST,
             ports: Vec::new(),
             port_places: Vec::new(),
             port_kinds: None,
@@ -331,6 +343,37 @@ impl Config {
                     ));
                 } else {
                     *target = n as usize;
+                }
+            }
+        }
+        if sw.fdb_max_per_port.is_none() {
+            // Derived from the table's size: it takes PORT_SHARES ports at
+            // their quota to fill it.
+            cfg.fdb.max_per_port = (cfg.fdb.max_entries / crate::fdb::PORT_SHARES).max(1);
+        }
+        for (field, value, max, target) in [
+            (
+                "flood_rate",
+                &sw.flood_rate,
+                u64::from(vhu_api::port::MAX_FLOOD_RATE),
+                &mut cfg.flood_rate,
+            ),
+            (
+                "flood_burst",
+                &sw.flood_burst,
+                u64::from(vhu_api::port::MAX_FLOOD_BURST),
+                &mut cfg.flood_burst,
+            ),
+        ] {
+            if let Some(v) = value {
+                let n = *v.get_ref();
+                let min = u64::from(field == "flood_burst");
+                match u32::try_from(n) {
+                    Ok(n32) if (min..=max).contains(&n) => *target = n32,
+                    _ => errs.push(format!(
+                        "{}: {field} = {n} is out of range {min}-{max}",
+                        at(v.span())
+                    )),
                 }
             }
         }

@@ -7,11 +7,13 @@
 //! * **Aging**: a learned entry not refreshed within the aging time (default
 //!   300 s, as 802.1D and OVS) is gone: lookups treat it as absent at once,
 //!   and [`Fdb::age`] (called about once a second) frees it and counts it.
-//! * **Limits**: at most `max_entries` entries in all and `max_per_port` per
-//!   port. A new address beyond a limit is not learned (its frames still
-//!   flow, flooded as unknown unicast when they are destinations) and the hit
-//!   is counted: a guest that sprays source MACs fills its own quota, not the
-//!   table.
+//! * **Limits**: at most `max_entries` entries in all, and per port its
+//!   quota ([`Fdb::set_port_limit`]; `max_per_port` for a port without one).
+//!   A new address beyond a limit is not learned (its frames still flow,
+//!   flooded as unknown unicast when they are destinations) and the hit is
+//!   counted: a guest that sprays source MACs fills its own quota, not the
+//!   table. The default quota is a [`PORT_SHARES`]th of the table, so that
+//!   it takes that many ports at their quota to fill it.
 //! * **Static entries** never age and never move; learning the same address
 //!   on another port is refused (counted as a limit hit would hide it, so it
 //!   has its own counter).
@@ -41,10 +43,28 @@ pub const DEFAULT_AGING: Duration = Duration::from_secs(300);
 /// Default table size: a few thousand addresses per node is typical; OVS's
 /// default is 2,048 per bridge. Raised where a node hosts more.
 pub const DEFAULT_MAX_ENTRIES: usize = 8192;
-/// Default per-port limit: a VM or pod rarely shows more than a handful of
-/// source addresses; an uplink sees the whole segment, so uplinks are
-/// usually given the global limit.
-pub const DEFAULT_MAX_PER_PORT: usize = 1024;
+/// How many shares of the table the default per-port quota is: it takes
+/// this many ports sending from fresh source addresses to fill the table,
+/// not a few (issue 34: one port spraying random source MACs blocked
+/// everyone's learning while the quota was an eighth of the table).
+pub const PORT_SHARES: usize = 32;
+/// Default per-port limit of a VM's or pod's port: a [`PORT_SHARES`]th of
+/// the default table (256). A VM or pod rarely shows more than a handful of
+/// source addresses; one that runs a bridge of its own (nested containers)
+/// gets a larger `mac_limit`.
+pub const DEFAULT_MAX_PER_PORT: usize = DEFAULT_MAX_ENTRIES / PORT_SHARES;
+
+/// The default quota of an uplink (AF_XDP, AF_PACKET): half the table. An
+/// uplink sees a whole segment, whose hosts a quota of a few hundred would
+/// leave unlearned (and every frame to them flooded); half the table still
+/// leaves the other half to the guests' ports.
+pub const fn default_uplink_limit(max_entries: usize) -> usize {
+    if max_entries / 2 == 0 {
+        1
+    } else {
+        max_entries / 2
+    }
+}
 
 /// Limits and timers of an [`Fdb`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +73,8 @@ pub struct FdbConfig {
     pub aging: Duration,
     /// Most entries in all (learned and static).
     pub max_entries: usize,
-    /// Most learned entries per port.
+    /// Most learned entries per port, for a port without a quota of its own
+    /// ([`Fdb::set_port_limit`]).
     pub max_per_port: usize,
 }
 
@@ -234,9 +255,13 @@ pub struct Fdb {
     map: HashMap<u64, Slot, SeededKeys>,
     /// Learned entries per port, indexed by [`PortId`].
     per_port: Vec<usize>,
+    /// Each port's quota, indexed by [`PortId`] (`None`: `max_per_port`).
+    limits: Vec<Option<usize>>,
     counters: FdbCounters,
     /// Counted through `&self` by [`Fdb::refresh`].
     static_conflicts: AtomicU64,
+    /// Counted through `&self` by [`Fdb::count_limit_hits`].
+    limit_hits: AtomicU64,
 }
 
 impl Fdb {
@@ -247,8 +272,10 @@ impl Fdb {
             aging_ms: u64::try_from(cfg.aging.as_millis()).unwrap_or(u64::MAX),
             map: HashMap::with_capacity_and_hasher(cfg.max_entries, SeededKeys::random()),
             per_port: Vec::new(),
+            limits: Vec::new(),
             counters: FdbCounters::default(),
             static_conflicts: AtomicU64::new(0),
+            limit_hits: AtomicU64::new(0),
         }
     }
 
@@ -272,6 +299,7 @@ impl Fdb {
         FdbCounters {
             static_conflicts: self.counters.static_conflicts
                 + self.static_conflicts.load(Ordering::Relaxed),
+            limit_hits: self.counters.limit_hits + self.limit_hits.load(Ordering::Relaxed),
             ..self.counters
         }
     }
@@ -289,6 +317,44 @@ impl Fdb {
             self.per_port.resize(i + 1, 0);
         }
         &mut self.per_port[i]
+    }
+
+    /// Sets `port`'s quota of learned entries (a control-plane event, as the
+    /// port is added; [`Fdb::remove_port`] forgets it). Entries it holds
+    /// beyond a lowered quota stay until they age out.
+    pub fn set_port_limit(&mut self, port: PortId, limit: usize) {
+        let i = port as usize;
+        if i >= self.limits.len() {
+            self.limits.resize(i + 1, None);
+        }
+        self.limits[i] = Some(limit);
+    }
+
+    /// `port`'s quota of learned entries.
+    #[inline]
+    pub fn port_limit(&self, port: PortId) -> usize {
+        match self.limits.get(port as usize) {
+            Some(Some(l)) => *l,
+            _ => self.cfg.max_per_port,
+        }
+    }
+
+    /// Whether `port` holds its quota: [`Fdb::learn`] would refuse any new
+    /// or moved address on it ([`Learned::LimitHit`]). What a read-locked
+    /// PMD asks before it takes the write lock for a burst's new sources:
+    /// a port spraying source addresses at its quota then costs no write
+    /// lock.
+    #[inline]
+    pub fn port_full(&self, port: PortId) -> bool {
+        self.learned_on(port) >= self.port_limit(port)
+    }
+
+    /// Counts `n` addresses not learned because their port held its quota
+    /// ([`Fdb::port_full`]), as [`Fdb::learn`] would have.
+    #[inline]
+    pub fn count_limit_hits(&self, n: u64) {
+        // Relaxed: a counter orders nothing.
+        self.limit_hits.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The port of `(vlan, mac)`, if known and not expired.
@@ -365,7 +431,7 @@ impl Fdb {
     /// New entries and moves: the per-port quota is checked here.
     #[cold]
     fn learn_slow(&mut self, k: u64, port: PortId, now: u64) -> Learned {
-        let max_per_port = self.cfg.max_per_port;
+        let max_per_port = self.port_limit(port);
         if *self.port_count(port) >= max_per_port {
             self.counters.limit_hits += 1;
             return Learned::LimitHit;
@@ -452,6 +518,9 @@ impl Fdb {
         self.map.retain(|_, s| s.port != port);
         if let Some(c) = self.per_port.get_mut(port as usize) {
             *c = 0;
+        }
+        if let Some(l) = self.limits.get_mut(port as usize) {
+            *l = None;
         }
         before - self.map.len()
     }
@@ -618,6 +687,47 @@ mod tests {
         assert_eq!(f.remove_port(2), 2);
         assert_eq!(f.learn(1, &mac(1), 2, 0), Learned::Moved { from: 1 });
         assert_eq!((f.learned_on(1), f.learned_on(2)), (1, 1));
+    }
+
+    #[test]
+    fn each_port_has_its_own_quota() {
+        let mut f = fdb(64, 8);
+        let mac = |p: u8, i: u8| [2, 0, 0, 0, p, i];
+        f.set_port_limit(1, 3);
+        f.set_port_limit(2, 20);
+        // Port 1 sprays: three learned, the rest refused and counted.
+        for i in 0..10 {
+            let want = if i < 3 {
+                Learned::New
+            } else {
+                Learned::LimitHit
+            };
+            assert_eq!(f.learn(1, &mac(1, i), 1, 0), want, "address {i}");
+        }
+        assert!(f.port_full(1));
+        assert_eq!((f.learned_on(1), f.counters().limit_hits), (3, 7));
+        // The others learn as before: port 2 past the default, port 3 up to
+        // the default.
+        for i in 0..12 {
+            assert_eq!(f.learn(1, &mac(2, i), 2, 0), Learned::New);
+        }
+        for i in 0..8 {
+            assert_eq!(f.learn(1, &mac(3, i), 3, 0), Learned::New);
+        }
+        assert_eq!(f.learn(1, &mac(3, 8), 3, 0), Learned::LimitHit);
+        assert!(!f.port_full(2) && f.port_full(3));
+        // A move needs room on the port it moves to.
+        assert_eq!(f.learn(1, &mac(2, 0), 1, 0), Learned::LimitHit);
+        assert_eq!(f.lookup(1, &mac(2, 0), 0), Some(2));
+        // Refusals a PMD found without the write lock count as hits.
+        f.count_limit_hits(5);
+        assert_eq!(f.counters().limit_hits, 7 + 1 + 1 + 5);
+        // A removed port's quota goes with it (the id is reused).
+        f.remove_port(1);
+        assert_eq!(f.port_limit(1), 8);
+        assert_eq!(default_uplink_limit(8192), 4096);
+        assert_eq!(default_uplink_limit(1), 1);
+        assert_eq!(DEFAULT_MAX_PER_PORT * PORT_SHARES, DEFAULT_MAX_ENTRIES);
     }
 
     #[test]

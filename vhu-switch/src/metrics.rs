@@ -16,6 +16,8 @@
 //! | `vhu_port_rx_dropped_total`, `vhu_port_tx_dropped_total` | counter | `port`, `queue`, `reason` |
 //! | `vhu_port_connected` | gauge | `port`, `kind` |
 //! | `vhu_port_announces_total`, `vhu_port_announces_refused_total` | counter | `port` |
+//! | `vhu_port_fdb_learned`, `vhu_port_fdb_limit` | gauge | `port` |
+//! | `vhu_port_fdb_learn_refused_total` | counter | `port` |
 //! | `vhu_pmd_busy_cycles_total`, `vhu_pmd_idle_cycles_total`, `vhu_pmd_frames_total`, `vhu_pmd_busy_rounds_total` | counter | `pmd` |
 //! | `vhu_fdb_entries` | gauge | |
 //! | `vhu_fdb_learned_total`, `vhu_fdb_moved_total`, `vhu_fdb_aged_total`, `vhu_fdb_limit_hits_total` | counter | |
@@ -24,6 +26,7 @@
 use std::fmt::Write;
 
 use vhost_net_backend::DropReason;
+use vhu_api::view::PortFdbStats;
 use vhu_api::QueueStats;
 
 use crate::fdb::FdbCounters;
@@ -47,6 +50,8 @@ pub struct PortSample {
     pub announces_refused: u64,
     /// Per queue (pair).
     pub queues: Vec<QueueStats>,
+    /// Its share of the FDB.
+    pub fdb: PortFdbStats,
 }
 
 /// One PMD thread.
@@ -191,6 +196,25 @@ const ANNOUNCE_FAMILIES: [Family<PortSample>; 2] = [
     ),
 ];
 
+const PORT_FDB_GAUGES: [Family<PortSample>; 2] = [
+    (
+        "vhu_port_fdb_learned",
+        "Addresses learned on the port now.",
+        |p| p.fdb.learned,
+    ),
+    (
+        "vhu_port_fdb_limit",
+        "The port's quota of learned addresses (mac_limit, or the switch's default for its kind).",
+        |p| p.fdb.limit,
+    ),
+];
+
+const PORT_FDB_COUNTERS: [Family<PortSample>; 1] = [(
+    "vhu_port_fdb_learn_refused_total",
+    "Source addresses of the port's frames not learned: the port held its quota or the table was full (once per address per source burst; the frames were forwarded).",
+    |p| p.fdb.learn_refused,
+)];
+
 const PMD_FAMILIES: [Family<PmdSample>; 4] = [
     (
         "vhu_pmd_busy_cycles_total",
@@ -295,6 +319,8 @@ pub fn render(s: &Snapshot) -> String {
         .map(|p| (vec![("port", p.name.clone())], p))
         .collect();
     emit(&mut e, Kind::Counter, &ANNOUNCE_FAMILIES, &port_rows);
+    emit(&mut e, Kind::Gauge, &PORT_FDB_GAUGES, &port_rows);
+    emit(&mut e, Kind::Counter, &PORT_FDB_COUNTERS, &port_rows);
     let pmds: Vec<Row<'_, PmdSample>> = s
         .pmds
         .iter()
@@ -338,6 +364,11 @@ mod tests {
                 announces: 2,
                 announces_refused: 1,
                 queues: vec![q],
+                fdb: PortFdbStats {
+                    learned: 3,
+                    limit: 256,
+                    learn_refused: 9,
+                },
             }],
             pmds: vec![PmdSample {
                 id: 0,
@@ -371,6 +402,15 @@ mod tests {
         );
         assert!(t.contains("vhu_port_announces_refused_total{port=\"vm\\\"1\"} 1\n"));
         assert!(t.contains("vhu_fdb_entries 3\n"));
+        assert!(
+            t.contains("vhu_port_fdb_learned{port=\"vm\\\"1\"} 3\n"),
+            "{t}"
+        );
+        assert!(t.contains("vhu_port_fdb_limit{port=\"vm\\\"1\"} 256\n"));
+        assert!(t.contains("vhu_port_fdb_learn_refused_total{port=\"vm\\\"1\"} 9\n"));
+        assert!(t.contains(
+            "vhu_port_tx_dropped_total{port=\"vm\\\"1\",queue=\"0\",reason=\"flood_rate\"} 0\n"
+        ));
         assert!(t.contains("vhu_fdb_learned_total 4\n"));
         assert!(t.contains("vhu_guest_memory_faults_total 1\n"));
         // Each family: HELP, then TYPE, then its samples only.

@@ -36,6 +36,13 @@
 //! * **Isolation**: a destination without RX buffers loses its frames
 //!   (counted, `no_buffers`); the source goes on. No retry queue, no
 //!   head-of-line blocking.
+//! * **Tenancy**: a port's floods (broadcast, multicast, unknown unicast)
+//!   pass its [`FloodLimiter`], checked once per flooded frame (one atomic
+//!   compare-and-swap; the TSC read once per burst, at its first flood);
+//!   the others are dropped and counted (`flood_rate`). A unicast frame
+//!   never reaches the limiter. A port at its FDB quota ([`Fdb::port_full`])
+//!   has its burst's new sources refused under the read lock, without the
+//!   write lock, and counted ([`PortCounters::fdb_learn_refused`]).
 //!
 //! Hot path: no allocation, no lock per frame, no syscall per frame.
 
@@ -109,6 +116,109 @@ pub struct PortCounters {
     /// Announces refused: an address the port may not use (its `mac`
     /// lock, its VLAN mode, a static entry elsewhere, a full table).
     pub announces_refused: AtomicU64,
+    /// Source addresses of the port's frames not learned because the port
+    /// held its FDB quota or the table was full (once per address per
+    /// source burst; the frames themselves were forwarded).
+    pub fdb_learn_refused: AtomicU64,
+    /// The port's flood rate limit (set before the port reaches a PMD).
+    pub flood: FloodLimiter,
+}
+
+/// Default flood rate of a vhost-user or tap port (the switch's
+/// `flood_rate`): unlimited. A rate is a policy the node's operator (its
+/// `[switch]` table) or the CNI (per port) sets: a default one would throttle
+/// legitimate unknown unicast (a one-way stream to an address never
+/// learned, a destination that aged out) and the floods of every existing
+/// deployment at upgrade.
+pub const DEFAULT_FLOOD_RATE: u32 = 0;
+/// Default flood burst: two source bursts of broadcasts pass whole (ARP and
+/// ND at a guest's boot, an announce's few frames).
+pub const DEFAULT_FLOOD_BURST: u32 = 2 * BURST as u32;
+
+/// A port's flood rate limit: a token bucket of `burst` frames refilled at
+/// `rate` frames per second, kept as one timestamp (its GCRA form, RFC
+/// 2697's and ATM's virtual scheduling): `tat`, the TSC time at which the
+/// bucket would be full again. A frame at time `now` is admitted when `tat`
+/// is at most `burst - 1` frame intervals ahead of `now`, and pushes `tat`
+/// one interval further (from `now` if it was behind). One atomic word, so
+/// the PMDs polling a multiqueue port's queues share one bucket without a
+/// lock; refilled implicitly by time, which the PMD reads from the TSC once
+/// per burst.
+///
+/// Assumes an invariant TSC, synchronised across CPUs (every x86-64 CPU
+/// of the last decade: `constant_tsc`, `nonstop_tsc`).
+#[derive(Debug, Default)]
+pub struct FloodLimiter {
+    /// TSC ticks per frame at the rate; 0: unlimited.
+    interval: u64,
+    /// How far ahead of now `tat` may be: `burst - 1` intervals.
+    tolerance: u64,
+    /// The theoretical arrival time, in TSC ticks.
+    tat: AtomicU64,
+}
+
+impl FloodLimiter {
+    /// `rate` frames per second (0: unlimited), `burst` frames at once (at
+    /// least 1), for a TSC of `hz` ticks per second ([`tsc_hz`]).
+    pub fn new(rate: u32, burst: u32, hz: u64) -> Self {
+        if rate == 0 {
+            return Self::default();
+        }
+        let interval = (hz / u64::from(rate)).max(1);
+        Self {
+            interval,
+            tolerance: interval.saturating_mul(u64::from(burst.max(1)) - 1),
+            tat: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether floods are limited at all.
+    #[inline]
+    pub fn is_limited(&self) -> bool {
+        self.interval != 0
+    }
+
+    /// Whether a flooded frame at TSC time `now` is within the rate (and
+    /// takes its token).
+    ///
+    /// Hot path (floods only): one load and one compare-and-swap.
+    #[inline]
+    pub fn admit(&self, now: u64) -> bool {
+        // Relaxed: the word orders nothing else; the CAS alone makes two
+        // PMDs take distinct tokens.
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            let start = tat.max(now);
+            if start - now > self.tolerance {
+                return false;
+            }
+            let next = start.saturating_add(self.interval);
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(t) => tat = t,
+            }
+        }
+    }
+}
+
+/// TSC ticks per second, measured once (20 ms against the monotonic
+/// clock, on the control plane when the first port with a flood limit is
+/// built; never in the data plane).
+pub fn tsc_hz() -> u64 {
+    static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HZ.get_or_init(|| {
+        let (t0, i0) = (vhost_net_backend::sys::tsc(), Instant::now());
+        std::thread::sleep(Duration::from_millis(20));
+        let (t1, i1) = (vhost_net_backend::sys::tsc(), Instant::now());
+        let ns = u64::try_from(i1.duration_since(i0).as_nanos()).unwrap_or(u64::MAX);
+        let ticks = u128::from(t1.wrapping_sub(t0));
+        u64::try_from(ticks * 1_000_000_000 / u128::from(ns.max(1)))
+            .unwrap_or(u64::MAX)
+            .max(1)
+    })
 }
 
 fn add_drops(to: &[AtomicU64; DropReason::COUNT], d: &DropCounts) {
@@ -596,7 +706,8 @@ impl Pmd {
         } = self;
         let table = fdb.read().unwrap_or_else(|p| p.into_inner());
         {
-            let mut ctx = Burst::new(ports, &table, learns, fwd, now, id);
+            // The switch's own announce: not held to the port's flood limit.
+            let mut ctx = Burst::new(ports, &table, learns, fwd, now, id, None);
             ctx.frame(
                 &src.ingress,
                 usize::MAX,
@@ -609,7 +720,12 @@ impl Pmd {
             ctx.release();
         }
         drop(table);
-        learn_noted(fdb, learns, now);
+        let refused = learn_noted(fdb, learns, now);
+        if refused != 0 {
+            src.counters
+                .fdb_learn_refused
+                .fetch_add(refused, Ordering::Relaxed);
+        }
         true
     }
 
@@ -731,7 +847,15 @@ impl Pmd {
         // The burst state lives in this block and is dropped in place (it
         // holds the destination guards: moving it would copy them all).
         let n = {
-            let mut ctx = Burst::new(ports, &table, learns, fwd, now, src.id);
+            let mut ctx = Burst::new(
+                ports,
+                &table,
+                learns,
+                fwd,
+                now,
+                src.id,
+                Some(&src.counters.flood),
+            );
             let capture = src.capture.on().then(|| Arc::clone(&src.capture));
             let ingress = &src.ingress;
             let max_frame = src.max_frame;
@@ -780,20 +904,41 @@ impl Pmd {
             ctx.release();
             n
         };
+        // A port at its quota: every new source it brought would be
+        // refused (each is new or moving to it), so they are counted here,
+        // under the read lock, and a port spraying source addresses costs
+        // the other PMDs no write lock per burst.
+        let mut refused = 0;
+        if !learns.is_empty() && table.port_full(src.id) {
+            refused = learns.len() as u64;
+            learns.clear();
+            table.count_limit_hits(refused);
+        }
         drop(table);
-        learn_noted(fdb, learns, now);
+        refused += learn_noted(fdb, learns, now);
+        if refused != 0 {
+            // Relaxed: a counter orders nothing.
+            src.counters
+                .fdb_learn_refused
+                .fetch_add(refused, Ordering::Relaxed);
+        }
         n
     }
 }
 
-/// Learns the sources a burst noted (write lock, only if any).
-fn learn_noted(fdb: &RwLock<Fdb>, learns: &mut Vec<(u16, [u8; 6], PortId)>, now: u64) {
+/// Learns the sources a burst noted (write lock, only if any); returns how
+/// many were refused for a limit ([`crate::fdb::Learned::LimitHit`]).
+fn learn_noted(fdb: &RwLock<Fdb>, learns: &mut Vec<(u16, [u8; 6], PortId)>, now: u64) -> u64 {
+    let mut refused = 0;
     if !learns.is_empty() {
         let mut t = fdb.write().unwrap_or_else(|p| p.into_inner());
         for (vlan, mac, port) in learns.drain(..) {
-            t.learn(vlan, &mac, port, now);
+            if t.learn(vlan, &mac, port, now) == crate::fdb::Learned::LimitHit {
+                refused += 1;
+            }
         }
     }
+    refused
 }
 
 /// Publishes an uplink's counters, queue by queue, into its shared ones.
@@ -835,6 +980,10 @@ struct Burst<'a> {
     /// The decision on the burst's previous frame, for the next frame with
     /// the same addresses and tag.
     recent: Option<Recent<'a>>,
+    /// The source's flood limit, if it has one.
+    flood: Option<&'a FloodLimiter>,
+    /// The TSC, read at the burst's first flood (0: not yet).
+    tsc: u64,
 }
 
 /// A decision kept for the rest of a burst. Within one burst the decision
@@ -917,6 +1066,7 @@ impl<'a> Burst<'a> {
         fwd: &'a mut Forwarder,
         now: u64,
         src_id: PortId,
+        flood: Option<&'a FloodLimiter>,
     ) -> Self {
         Self {
             ports,
@@ -928,6 +1078,8 @@ impl<'a> Burst<'a> {
             src_id,
             held: ArrayVec::new(),
             recent: None,
+            flood: flood.filter(|f| f.is_limited()),
+            tsc: 0,
         }
     }
 
@@ -1070,6 +1222,15 @@ impl<'a> Burst<'a> {
                 }
             }
             Verdict::Flood { vlan } => {
+                if let Some(limit) = self.flood {
+                    if self.tsc == 0 {
+                        self.tsc = vhost_net_backend::sys::tsc();
+                    }
+                    if !limit.admit(self.tsc) {
+                        self.drops.add(DropReason::FloodRate, 1);
+                        return None;
+                    }
+                }
                 let mut member = false;
                 for j in 0..self.ports.len() as PortId {
                     if j != self.src_id
@@ -1314,19 +1475,34 @@ mod tests {
         got: Vec<Frames>,
         counters: Vec<Arc<PortCounters>>,
         captures: Vec<Arc<CaptureTap>>,
+        fdb: Arc<RwLock<Fdb>>,
     }
 
     /// Three uplink ports on one PMD (run by hand) in VLAN 1: 0 the source,
     /// 1 with MTU 1500 and `DST` static on it, 2 a bystander.
     fn ports() -> Ports {
+        ports_with(FloodLimiter::default())
+    }
+
+    /// [`ports`], port 0 with flood limit `flood`.
+    fn ports_with(flood: FloodLimiter) -> Ports {
         let mut fdb = Fdb::new(FdbConfig::default());
         fdb.add_static(1, &DST, 1).unwrap();
         let fdb = Arc::new(RwLock::new(fdb));
-        let (mut pmd, handle) = new_pmd(0, PollMode::Busy, fdb, Instant::now()).unwrap();
+        let (mut pmd, handle) =
+            new_pmd(0, PollMode::Busy, Arc::clone(&fdb), Instant::now()).unwrap();
         let (mut send, mut got, mut counters, mut captures) = (vec![], vec![], vec![], vec![]);
+        let mut flood = Some(flood);
         for id in 0..3 as PortId {
             let (s, g) = (Arc::default(), Arc::default());
-            let c = Arc::new(PortCounters::default());
+            let c = Arc::new(PortCounters {
+                flood: if id == 0 {
+                    flood.take().unwrap_or_default()
+                } else {
+                    FloodLimiter::default()
+                },
+                ..PortCounters::default()
+            });
             let tap = Arc::new(CaptureTap::default());
             let ingress = Ingress {
                 id,
@@ -1362,6 +1538,7 @@ mod tests {
             got,
             counters,
             captures,
+            fdb,
         }
     }
 
@@ -1386,6 +1563,112 @@ mod tests {
         assert!(p.got[2].lock().unwrap().is_empty(), "flooded");
         let got = p.got[1].lock().unwrap();
         got.iter().map(|f| f[NUMBER]).collect()
+    }
+
+    /// A broadcast frame from `src`, numbered `n`.
+    fn broadcast(src: [u8; 6], n: u8) -> Vec<u8> {
+        let mut f = frame(64, n);
+        f[..6].copy_from_slice(&[0xff; 6]);
+        f[6..12].copy_from_slice(&src);
+        f
+    }
+
+    fn tx_dropped(p: &Ports, port: usize, r: DropReason) -> u64 {
+        p.counters[port].tx_drops[r as usize].load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn the_flood_limiter_is_a_token_bucket() {
+        // 10 ticks per frame, 4 at once.
+        let l = FloodLimiter::new(100, 4, 1000);
+        assert!(l.is_limited());
+        let admitted = |t: u64, n: usize| (0..n).filter(|_| l.admit(t)).count();
+        assert_eq!(admitted(1_000, 10), 4, "a full bucket: the burst");
+        assert_eq!(admitted(1_005, 10), 0, "half an interval later: nothing");
+        assert_eq!(admitted(1_010, 10), 1, "one interval: one token");
+        assert_eq!(admitted(1_050, 10), 4, "long idle: full again, not more");
+        assert!(!FloodLimiter::new(0, 4, 1000).is_limited());
+        assert!(!FloodLimiter::default().is_limited());
+        // Burst 1: exactly the rate.
+        let l = FloodLimiter::new(100, 1, 1000);
+        assert_eq!((0..100).filter(|i| l.admit(i * 5)).count(), 50);
+    }
+
+    #[test]
+    fn floods_over_the_ports_rate_are_dropped_and_counted_unicast_is_not_limited() {
+        // One frame a second, five at once: the test takes well under a
+        // second (a sixth flood passes if the machine stalls for one).
+        let mut p = ports_with(FloodLimiter::new(1, 5, tsc_hz()));
+        for _ in 0..3 {
+            let frames = (0..32u8).map(|i| {
+                if i % 2 == 0 {
+                    broadcast(SRC, i)
+                } else {
+                    frame(64, i)
+                }
+            });
+            p.send[0].lock().unwrap().extend(frames);
+            assert_eq!(p.pmd.poll_once(), 32);
+        }
+        let flooded = p.got[2].lock().unwrap().len();
+        assert!((5..=6).contains(&flooded), "{flooded} floods passed");
+        let unicast = p.got[1]
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|f| f[..6] == DST)
+            .count();
+        assert_eq!(unicast, 48, "every unicast frame passed");
+        assert_eq!(
+            tx_dropped(&p, 0, DropReason::FloodRate),
+            48 - flooded as u64,
+            "every other flood counted"
+        );
+        // Another port's floods are its own: not limited.
+        p.got[0].lock().unwrap().clear();
+        let other = [2, 0, 0, 0, 0, 7];
+        p.send[2]
+            .lock()
+            .unwrap()
+            .extend((0..32).map(|i| broadcast(other, i)));
+        assert_eq!(p.pmd.poll_once(), 32);
+        assert_eq!(p.got[0].lock().unwrap().len(), 32);
+        assert_eq!(tx_dropped(&p, 2, DropReason::FloodRate), 0);
+    }
+
+    #[test]
+    fn a_port_at_its_fdb_quota_forwards_but_learns_nothing_more_and_counts() {
+        let mut p = ports();
+        p.fdb.write().unwrap().set_port_limit(0, 2);
+        let src = |i: u8| [2, 0, 0, 0, 0x10, i];
+        for round in 0..2u8 {
+            let frames = (0..10u8).map(|i| {
+                let mut f = frame(64, i);
+                f[6..12].copy_from_slice(&src(round * 10 + i));
+                f
+            });
+            p.send[0].lock().unwrap().extend(frames);
+            assert_eq!(p.pmd.poll_once(), 10);
+        }
+        assert_eq!(p.got[1].lock().unwrap().len(), 20, "every frame forwarded");
+        assert!(p.got[2].lock().unwrap().is_empty());
+        let f = p.fdb.read().unwrap();
+        assert_eq!(f.learned_on(0), 2);
+        assert_eq!(f.lookup(1, &src(0), 0), Some(0));
+        assert_eq!(f.lookup(1, &src(2), 0), None);
+        assert_eq!(f.counters().limit_hits, 18);
+        drop(f);
+        assert_eq!(p.counters[0].fdb_learn_refused.load(Ordering::Relaxed), 18);
+        // The others still learn.
+        let mut g = frame(64, 0);
+        g[6..12].copy_from_slice(&[2, 0, 0, 0, 0x20, 1]);
+        p.send[2].lock().unwrap().push(g);
+        assert_eq!(p.pmd.poll_once(), 1);
+        assert_eq!(
+            p.fdb.read().unwrap().lookup(1, &[2, 0, 0, 0, 0x20, 1], 0),
+            Some(2)
+        );
+        assert_eq!(p.counters[2].fdb_learn_refused.load(Ordering::Relaxed), 0);
     }
 
     fn too_long(p: &Ports) -> u64 {

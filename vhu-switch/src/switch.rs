@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use vhost_net_backend::io::{Uplink, UplinkCounters, UplinkOffloads};
 use vhost_net_backend::stats::DropCounts;
 use vhost_net_backend::DropReason;
+use vhu_api::view::PortFdbStats;
 use vhu_api::{
     FdbAdd, FdbEntryView, MacAddr, PortKind, PortSpec, PortState, PortStats, PortView, QueueStats,
 };
@@ -545,7 +546,15 @@ impl Switch {
             st.next += 1;
             st.next - 1
         });
-        let counters = Arc::new(PortCounters::default());
+        let (mac_limit, flood_rate, flood_burst) = self.tenancy(&spec);
+        let counters = Arc::new(PortCounters {
+            flood: pmd::FloodLimiter::new(
+                flood_rate,
+                flood_burst,
+                if flood_rate == 0 { 1 } else { pmd::tsc_hz() },
+            ),
+            ..PortCounters::default()
+        });
         let capture = Arc::new(CaptureTap::default());
         let ingress = Ingress {
             id,
@@ -569,6 +578,9 @@ impl Switch {
                 return Err(r);
             }
         };
+        // Its FDB quota, before any of its frames is decided (an id
+        // reused from a removed port had its quota forgotten with it).
+        self.fdb().set_port_limit(id, mac_limit);
         // Every PMD knows the port as a destination before any polls it.
         let mut taken = (0..self.pmds.len()).all(|i| {
             self.ask(i, |ack| Command::AddPort(Arc::clone(&dp), ack))
@@ -629,6 +641,29 @@ impl Switch {
         tracing::info!("{who}: added ({} port, id {id})", spec.kind);
         let e = &st.ports[&spec.name];
         Ok(self.view(e))
+    }
+
+    /// A port's FDB quota, flood rate and flood burst: its own, or the
+    /// switch's defaults for its kind (guest-facing ports: `fdb_max_per_port`
+    /// and `flood_rate`; uplinks, which carry a whole segment: half the
+    /// table and no flood limit).
+    fn tenancy(&self, spec: &PortSpec) -> (usize, u32, u32) {
+        let uplink = matches!(spec.kind, PortKind::AfPacket | PortKind::AfXdp);
+        let mac_limit = match spec.mac_limit {
+            Some(n) => n as usize,
+            None if uplink => crate::fdb::default_uplink_limit(self.cfg.fdb.max_entries),
+            None => self.cfg.fdb.max_per_port,
+        };
+        let rate = match spec.flood_rate {
+            Some(r) => r,
+            None if uplink => 0,
+            None => self.cfg.flood_rate,
+        };
+        (
+            mac_limit,
+            rate,
+            spec.flood_burst.unwrap_or(self.cfg.flood_burst),
+        )
     }
 
     fn remove(&self, name: &str, force: bool) -> Result<(), Refusal> {
@@ -776,10 +811,19 @@ impl Switch {
         if queues.is_empty() {
             total = queue(0, 0, 0, 0, &DropCounts::default(), &DropCounts::default());
         }
+        let fdb = {
+            let f = self.fdb_read();
+            PortFdbStats {
+                learned: f.learned_on(e.id) as u64,
+                limit: f.port_limit(e.id) as u64,
+                learn_refused: e.counters.fdb_learn_refused.load(Ordering::Relaxed),
+            }
+        };
         PortStats {
             port: e.spec.name.clone(),
             total,
             queues,
+            fdb,
         }
     }
 }
@@ -917,13 +961,17 @@ impl Control for Switch {
             let st = self.lock();
             st.ports
                 .values()
-                .map(|e| PortSample {
-                    name: e.spec.name.clone(),
-                    kind: e.spec.kind.to_string(),
-                    connected: connected(e),
-                    announces: e.counters.announces.load(Ordering::Relaxed),
-                    announces_refused: e.counters.announces_refused.load(Ordering::Relaxed),
-                    queues: self.stats(e).queues,
+                .map(|e| {
+                    let stats = self.stats(e);
+                    PortSample {
+                        name: e.spec.name.clone(),
+                        kind: e.spec.kind.to_string(),
+                        connected: connected(e),
+                        announces: e.counters.announces.load(Ordering::Relaxed),
+                        announces_refused: e.counters.announces_refused.load(Ordering::Relaxed),
+                        queues: stats.queues,
+                        fdb: stats.fdb,
+                    }
                 })
                 .collect()
         };

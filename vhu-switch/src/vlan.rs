@@ -64,6 +64,11 @@ impl VlanSet {
         v < 4096 && self.0[usize::from(v / 64)] & (1 << (v % 64)) != 0
     }
 
+    /// Whether the two sets have an id in common.
+    pub fn intersects(&self, other: &VlanSet) -> bool {
+        self.0.iter().zip(&other.0).any(|(a, b)| a & b != 0)
+    }
+
     /// The ids in the set, ascending.
     pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
         (0u16..4096).filter(|&v| self.contains(v))
@@ -130,6 +135,25 @@ impl VlanMode {
             (VlanMode::Access(_), Some(_)) => None,
             (VlanMode::Trunk { native, .. }, None) => *native,
             (VlanMode::Trunk { allowed, .. }, Some(v)) => allowed.contains(v).then_some(v),
+        }
+    }
+
+    /// Every VLAN a frame arriving on this port may belong to (its access
+    /// VLAN; a trunk's allowed VLANs and native VLAN).
+    pub fn admitted(&self) -> VlanSet {
+        match self {
+            VlanMode::Access(a) => {
+                let mut s = VlanSet::empty();
+                s.insert(*a);
+                s
+            }
+            VlanMode::Trunk { allowed, native } => {
+                let mut s = allowed.clone();
+                if let Some(n) = native {
+                    s.insert(*n);
+                }
+                s
+            }
         }
     }
 
@@ -255,6 +279,19 @@ mod tests {
             VlanMode::from_api(Some(&Vlan::Access(7))),
             VlanMode::Access(7)
         );
+    }
+
+    #[test]
+    fn admitted_vlans_overlap() {
+        let a10 = VlanMode::Access(10);
+        let t = trunk(&[20, 30], Some(10));
+        let t2 = trunk(&[30], None);
+        assert!(a10.admitted().intersects(&t.admitted()), "native 10");
+        assert!(t.admitted().intersects(&t2.admitted()), "30");
+        assert!(!a10.admitted().intersects(&t2.admitted()));
+        assert!(!a10.admitted().intersects(&VlanMode::Access(20).admitted()));
+        let none = VlanMode::default().admitted();
+        assert!(none.contains(0) && none.intersects(&a10.admitted()));
     }
 
     #[test]

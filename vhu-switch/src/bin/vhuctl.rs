@@ -149,6 +149,15 @@ struct AddArgs {
     /// The trunk's native VLAN.
     #[arg(long, requires = "trunk")]
     native: Option<u32>,
+    /// Most addresses the switch learns on the port (its FDB share).
+    #[arg(long)]
+    mac_limit: Option<u32>,
+    /// Most frames per second the port may flood (0: unlimited).
+    #[arg(long)]
+    flood_rate: Option<u32>,
+    /// Frames a flood may bring at once beyond the rate.
+    #[arg(long)]
+    flood_burst: Option<u32>,
     /// Offer no checksum or segmentation offloads.
     #[arg(long)]
     no_offloads: bool,
@@ -204,6 +213,9 @@ impl AddArgs {
             }),
             (None, true) => None,
         };
+        p.mac_limit = self.mac_limit;
+        p.flood_rate = self.flood_rate;
+        p.flood_burst = self.flood_burst;
         p.offloads = self.no_offloads.then_some(false);
         p.owner = self.owner;
         p.group = self.group;
@@ -596,6 +608,12 @@ fn queue_table(s: &PortStats) -> String {
             let _ = writeln!(out, "{dir} dropped {reason}: {n}");
         }
     }
+    let f = &s.fdb;
+    let _ = writeln!(
+        out,
+        "fdb: {} learned of {}, {} refused",
+        f.learned, f.limit, f.learn_refused
+    );
     out
 }
 
@@ -622,6 +640,12 @@ mod tests {
             "10",
             "--mac",
             "52:54:00:00:00:01",
+            "--mac-limit",
+            "8",
+            "--flood-rate",
+            "1000",
+            "--flood-burst",
+            "50",
             "--no-offloads",
         ])
         .unwrap();
@@ -639,6 +663,10 @@ mod tests {
             })
         );
         assert_eq!(s.offloads, Some(false));
+        assert_eq!(
+            (s.mac_limit, s.flood_rate, s.flood_burst),
+            (Some(8), Some(1000), Some(50))
+        );
         assert_eq!(s.validate(), Ok(()));
         assert!(Cli::try_parse_from(["vhuctl", "port", "add", "x", "--kind", "ovs"]).is_err());
         assert!(Cli::try_parse_from([
