@@ -23,14 +23,39 @@
 //!   state, control-socket and CNI directories are host paths; the update
 //!   strategy is `OnDelete` or a rolling update of one node at a time; and
 //!   the switch starts, ready, on the ConfigMap's configuration.
-//! * `switch_capabilities_are_the_privilege_table_everywhere`: the systemd
-//!   unit's `AmbientCapabilities=` and `CapabilityBoundingSet=` and the
-//!   DaemonSet's `capabilities.add` (after `drop: [ALL]`) of the switch are
-//!   exactly the capabilities its port kinds may use (docs/switch.md,
-//!   "Privileges"); the unit runs as `vhu` with `NoNewPrivileges=yes`.
+//! * `switch_capabilities_are_what_its_port_kinds_keep`: the switch,
+//!   started as root on the ConfigMap's configuration, says which
+//!   capabilities it keeps for its port kinds: for every kind (the systemd
+//!   unit) they are exactly the unit's `AmbientCapabilities=` and
+//!   `CapabilityBoundingSet=`, for the DaemonSet's `--port-kinds` exactly
+//!   its `capabilities.add` (after `drop: [ALL]`), never `DAC_OVERRIDE`,
+//!   `SYS_ADMIN` only with `pod-tap`; run as the DaemonSet runs it (uid 0,
+//!   those capabilities as its bounding set, its supplementary groups, no
+//!   new privileges: `setpriv`) it starts, ready, and keeps them all; the
+//!   unit runs as `vhu` with `NoNewPrivileges=yes`.
+//! * `daemonset_is_least_privilege`: the pod's seccomp profile is
+//!   `RuntimeDefault`; its supplementary groups hold the device plugin's
+//!   `--dir-group`; every container has a read-only root file system, no
+//!   privilege escalation, `drop: [ALL]`, no `DAC_OVERRIDE` but the device
+//!   plugin's, no capability for `install-cni`; every host path a
+//!   container mounts read-write is one it writes (`/run/vhu` and
+//!   `/var/lib/vhu` for the switch, the device plugin's three directories,
+//!   `/opt/cni/bin` and `/etc/vhu` for `install-cni`), none is `/`,
+//!   `/var`, `/var/lib/kubelet`, `/run`, `/etc`, ...; the kubelet's pods
+//!   directory is the switch's read-only, recursively, not propagated;
+//!   `install-cni` installs the ConfigMap's `cni.toml` as the host's
+//!   `/etc/vhu/cni.toml`.
+//! * `systemd_unit_is_hardened`: the unit's sandboxing directives
+//!   (`ProtectSystem=strict`, `RestrictNamespaces=net`,
+//!   `RestrictAddressFamilies=` within unix, netlink, packet, XDP, inet,
+//!   `ReadWritePaths=/run/vhu /var/lib/vhu`, `UMask=0077`, ...) have their
+//!   values; its `SystemCallFilter=` (`@system-service` and more, expanded
+//!   by `systemd-analyze syscall-filter`) allows every system call of the
+//!   switch's own seccomp allow-list; `systemd-analyze verify` accepts it.
 //!
-//! Needs the virtualenv of `scripts/install-peers.sh` (kubernetes-validate,
-//! PyYAML) and the release binaries.
+//! Needs root, the virtualenv of `scripts/install-peers.sh`
+//! (kubernetes-validate, PyYAML), `setpriv`, `systemd-analyze` and the
+//! release binaries.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -530,54 +555,446 @@ fn manifests_agree_with_the_programs() {
     assert!(sw.stop().success());
 }
 
-/// What the switch's port kinds may use (docs/switch.md, "Privileges";
-/// `vhu-switch/src/privilege.rs`), without `CAP_`.
-const SWITCH_CAPS: &[&str] = &[
-    "BPF",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "IPC_LOCK",
-    "NET_ADMIN",
-    "NET_RAW",
-    "SYS_ADMIN",
-];
+/// The capabilities a switch keeps when started as root with `extra`
+/// flags on the ConfigMap's configuration (`toml`), as its start-up log
+/// says (`capabilities: ... permitted CAP_A,CAP_B inheritable ...`),
+/// without `CAP_`.
+fn kept_capabilities(toml: &str, extra: &[&str], wrap: Vec<String>) -> BTreeSet<String> {
+    let run = RunDir::new("deploy-caps");
+    let opts = vhu_tests::switch::SwitchOpts {
+        wrap,
+        ..Default::default()
+    };
+    let mut sw = SwitchProc::start_with(&run, toml, extra, &opts);
+    let log = sw.log();
+    assert!(sw.stop().success(), "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("capabilities: effective"))
+        .unwrap_or_else(|| panic!("no capabilities line in\n{log}"));
+    let permitted = line
+        .split(" permitted ")
+        .nth(1)
+        .and_then(|r| r.split(" inheritable").next())
+        .unwrap_or_else(|| panic!("{line}"));
+    permitted
+        .split(',')
+        .filter(|c| *c != "none")
+        .map(|c| c.trim().strip_prefix("CAP_").unwrap_or(c).to_owned())
+        .collect()
+}
+
+/// The systemd unit's directives: every value of each key, in order.
+fn unit_directives() -> BTreeMap<String, Vec<String>> {
+    let unit = std::fs::read_to_string(root().join("deploy/vhu-switch.service")).unwrap();
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in unit.lines() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') || l.starts_with('[') {
+            continue;
+        }
+        let (k, v) = l.split_once('=').unwrap_or_else(|| panic!("{l}"));
+        out.entry(k.to_owned()).or_default().push(v.to_owned());
+    }
+    out
+}
+
+/// The one DaemonSet's pod spec, and its containers by name.
+fn daemonset() -> (Value, BTreeMap<String, Value>) {
+    let ds: Vec<Value> = all_documents()
+        .into_iter()
+        .map(|(_, d)| d)
+        .filter(|d| d["kind"] == "DaemonSet")
+        .collect();
+    assert_eq!(ds.len(), 1);
+    let spec = ds[0]["spec"]["template"]["spec"].clone();
+    let by_name = containers(&spec)
+        .into_iter()
+        .map(|c| (c["name"].as_str().unwrap().to_owned(), c.clone()))
+        .collect();
+    (spec, by_name)
+}
+
+/// The ConfigMap's `vhu-switch.toml`.
+fn configmap_toml() -> String {
+    all_documents()
+        .into_iter()
+        .find(|(_, d)| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "vhu-switch")
+        .map(|(_, d)| d["data"]["vhu-switch.toml"].as_str().unwrap().to_owned())
+        .expect("the switch's ConfigMap")
+}
 
 #[test]
-#[ignore = "needs the peers' virtualenv (scripts/install-peers.sh); run with --include-ignored"]
-fn switch_capabilities_are_the_privilege_table_everywhere() {
-    let want: BTreeSet<String> = SWITCH_CAPS.iter().map(|s| (*s).to_owned()).collect();
-    let unit = std::fs::read_to_string(root().join("deploy/vhu-switch.service")).unwrap();
-    let key = |k: &str| -> Vec<String> {
-        unit.lines()
-            .filter_map(|l| l.strip_prefix(k))
-            .map(str::to_owned)
-            .collect()
-    };
-    for k in ["AmbientCapabilities=", "CapabilityBoundingSet="] {
-        let v = key(k);
-        assert_eq!(v.len(), 1, "one {k} line in the unit");
+#[ignore = "needs root, the peers' virtualenv and the release binaries; run with --include-ignored"]
+fn switch_capabilities_are_what_its_port_kinds_keep() {
+    let toml = configmap_toml();
+
+    // The unit: every port kind (no --port-kinds), so whatever the switch
+    // keeps for all of them, never CAP_DAC_OVERRIDE.
+    let all = kept_capabilities(&toml, &[], Vec::new());
+    assert!(!all.contains("DAC_OVERRIDE"), "{all:?}");
+    let unit = unit_directives();
+    for k in ["AmbientCapabilities", "CapabilityBoundingSet"] {
+        let v = &unit[k];
+        assert_eq!(v.len(), 1, "one {k}= line in the unit");
         let got: BTreeSet<String> = v[0]
             .split_whitespace()
             .map(|c| c.strip_prefix("CAP_").unwrap_or(c).to_owned())
             .collect();
-        assert_eq!(got, want, "the unit's {k}");
+        assert_eq!(got, all, "the unit's {k}");
     }
-    assert_eq!(key("User="), ["vhu"], "the unit's user");
-    assert_eq!(key("NoNewPrivileges="), ["yes"]);
-    let mut seen = 0;
-    for (path, doc) in all_documents() {
-        let Some(spec) = pod_spec(&doc) else { continue };
-        for c in containers(spec) {
-            if c["name"] != "vhu-switch" {
+    assert_eq!(unit["User"], ["vhu"], "the unit's user");
+    assert_eq!(unit["NoNewPrivileges"], ["yes"]);
+
+    // The DaemonSet: what the switch keeps for its --port-kinds, exactly.
+    let (spec, c) = daemonset();
+    let switch = &c["vhu-switch"];
+    let line = command_lines(switch).swap_remove(0);
+    let kinds = flags(&line)
+        .get("--port-kinds")
+        .cloned()
+        .expect("the DaemonSet's switch names its --port-kinds");
+    let kinds_flag = format!("--port-kinds={kinds}");
+    let kept = kept_capabilities(&toml, &[&kinds_flag], Vec::new());
+    let caps = &switch["securityContext"]["capabilities"];
+    assert_eq!(strings(&caps["drop"]), ["ALL"]);
+    let add: BTreeSet<String> = strings(&caps["add"]).into_iter().collect();
+    assert_eq!(add, kept, "the switch's capabilities for {kinds}");
+    assert_eq!(
+        add.contains("SYS_ADMIN"),
+        kinds.split(',').any(|k| k == "pod-tap"),
+        "CAP_SYS_ADMIN only for pod-tap (setns): {kinds}"
+    );
+
+    // Run as the DaemonSet runs it: uid 0 with only those capabilities in
+    // its bounding set, its supplementary groups, no new privileges. It
+    // starts, ready, and keeps them all.
+    let groups: Vec<String> = spec["securityContext"]["supplementalGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| g.to_string())
+        .collect();
+    let bounding: Vec<String> = add
+        .iter()
+        .map(|c| format!("+{}", c.to_lowercase()))
+        .collect();
+    let wrap = vec![
+        "setpriv".to_owned(),
+        format!("--bounding-set=-all,{}", bounding.join(",")),
+        "--inh-caps=-all".to_owned(),
+        format!("--groups={}", groups.join(",")),
+        "--no-new-privs".to_owned(),
+        "--".to_owned(),
+    ];
+    let as_shipped = kept_capabilities(&toml, &[&kinds_flag], wrap);
+    assert_eq!(as_shipped, add, "as the DaemonSet runs it");
+}
+
+#[test]
+#[ignore = "needs the peers' virtualenv (scripts/install-peers.sh); run with --include-ignored"]
+fn daemonset_is_least_privilege() {
+    let (spec, c) = daemonset();
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+        "the pod's seccomp profile"
+    );
+    // The group of the device plugin's socket directories, in the pod's
+    // supplementary groups (how the switch reaches them).
+    let dp = command_lines(&c["vhu-device-plugin"]).swap_remove(0);
+    let dir_group = flags(&dp)
+        .get("--dir-group")
+        .cloned()
+        .unwrap_or_else(|| "107".to_owned());
+    let groups: Vec<String> = spec["securityContext"]["supplementalGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| g.to_string())
+        .collect();
+    assert!(groups.contains(&dir_group), "{groups:?} lacks {dir_group}");
+    assert_eq!(
+        c.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["install-cni", "vhu-device-plugin", "vhu-switch"]
+    );
+
+    let host_paths: BTreeMap<String, String> = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| {
+            Some((
+                v["name"].as_str()?.to_owned(),
+                v["hostPath"]["path"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    // The host paths each container may write; any other is read-only.
+    let writable: BTreeMap<&str, &[&str]> = BTreeMap::from([
+        ("install-cni", &["/opt/cni/bin", "/etc/vhu"][..]),
+        ("vhu-switch", &["/run/vhu", "/var/lib/vhu"][..]),
+        (
+            "vhu-device-plugin",
+            &[
+                "/var/lib/kubelet/device-plugins",
+                "/run/vhu/dp",
+                "/var/run/k8s.cni.cncf.io/devinfo/dp",
+            ][..],
+        ),
+    ]);
+    // Capabilities no container has: CAP_DAC_OVERRIDE only where pods'
+    // leftovers of any mode are removed (the device plugin).
+    for (name, ctr) in &c {
+        let sc = &ctr["securityContext"];
+        let effective_seccomp = if sc["seccompProfile"].is_object() {
+            &sc["seccompProfile"]["type"]
+        } else {
+            &spec["securityContext"]["seccompProfile"]["type"]
+        };
+        assert!(
+            effective_seccomp == "RuntimeDefault" || effective_seccomp == "Localhost",
+            "{name}: seccomp {effective_seccomp}"
+        );
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{name}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{name}");
+        assert_ne!(sc["privileged"], true, "{name}");
+        assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{name}");
+        let add = strings(&sc["capabilities"]["add"]);
+        if name != "vhu-device-plugin" {
+            assert!(!add.iter().any(|a| a == "DAC_OVERRIDE"), "{name}: {add:?}");
+        }
+        if name == "install-cni" {
+            assert!(add.is_empty(), "install-cni: {add:?}");
+        }
+        for m in ctr["volumeMounts"].as_array().unwrap() {
+            let Some(host) = host_paths.get(m["name"].as_str().unwrap()) else {
+                continue;
+            };
+            if m["readOnly"] == true {
                 continue;
             }
-            seen += 1;
-            let caps = &c["securityContext"]["capabilities"];
-            assert_eq!(strings(&caps["drop"]), ["ALL"], "{}", path.display());
-            let got: BTreeSet<String> = strings(&caps["add"]).into_iter().collect();
-            assert_eq!(got, want, "{}: the switch's capabilities", path.display());
-            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+            assert!(
+                writable[name.as_str()].contains(&host.as_str()),
+                "{name} mounts the host's {host} read-write"
+            );
         }
     }
-    assert_eq!(seen, 1, "one vhu-switch container in the manifests");
+
+    // The switch and the kubelet's pods directory: read-only, recursively,
+    // and not propagated (it sees the pods' emptyDirs, not their other
+    // volumes mounted later).
+    let kubelet_pods = c["vhu-switch"]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            host_paths
+                .get(m["name"].as_str().unwrap())
+                .map(String::as_str)
+                == Some("/var/lib/kubelet/pods")
+        });
+    if let Some(m) = kubelet_pods {
+        assert_eq!(m["readOnly"], true, "{m}");
+        assert!(
+            m["recursiveReadOnly"] == "IfPossible" || m["recursiveReadOnly"] == "Enabled",
+            "{m}"
+        );
+        assert!(
+            m["mountPropagation"].is_null() || m["mountPropagation"] == "None",
+            "{m}"
+        );
+    }
+    for (name, ctr) in &c {
+        for m in ctr["volumeMounts"].as_array().unwrap() {
+            if let Some(host) = host_paths.get(m["name"].as_str().unwrap()) {
+                for wide in [
+                    "/",
+                    "/var",
+                    "/var/lib",
+                    "/var/lib/kubelet",
+                    "/run",
+                    "/var/run",
+                    "/etc",
+                    "/proc",
+                    "/sys",
+                    "/dev",
+                ] {
+                    assert_ne!(host, wide, "{name} mounts the host's {wide}");
+                }
+            }
+        }
+    }
+
+    // install-cni installs the node configuration from the ConfigMap's
+    // cni.toml, atomically.
+    let init = &c["install-cni"];
+    let script = command_lines(init)[0].join(" ");
+    assert!(
+        script.contains("mv -f /host/etc/vhu/.cni.toml.new /host/etc/vhu/cni.toml"),
+        "{script}"
+    );
+    let cni_volume = init["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/host/etc/vhu")
+        .expect("/host/etc/vhu mounted");
+    assert_eq!(host_paths[cni_volume["name"].as_str().unwrap()], "/etc/vhu");
+    let cm_items: Vec<String> = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["configMap"]["name"] == "vhu-switch")
+        .flat_map(|v| {
+            v["configMap"]["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|i| i["key"].as_str().map(str::to_owned))
+        .collect();
+    assert!(cm_items.contains(&"cni.toml".to_owned()), "{cm_items:?}");
+    let cm = all_documents()
+        .into_iter()
+        .find(|(_, d)| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "vhu-switch")
+        .unwrap()
+        .1;
+    assert!(
+        cm["data"]["cni.toml"].is_string(),
+        "the ConfigMap's cni.toml key"
+    );
+}
+
+#[test]
+#[ignore = "needs systemd-analyze and the release binaries; run with --include-ignored"]
+fn systemd_unit_is_hardened() {
+    let unit = unit_directives();
+    let one = |k: &str| -> &str {
+        let v = unit.get(k).unwrap_or_else(|| panic!("no {k}= in the unit"));
+        assert_eq!(v.len(), 1, "one {k}= line");
+        &v[0]
+    };
+    for (k, want) in [
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("ProtectKernelTunables", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectKernelLogs", "yes"),
+        ("ProtectControlGroups", "yes"),
+        ("ProtectClock", "yes"),
+        ("RestrictNamespaces", "net"),
+        ("SystemCallArchitectures", "native"),
+        ("NoNewPrivileges", "yes"),
+        ("LockPersonality", "yes"),
+        ("MemoryDenyWriteExecute", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("RestrictSUIDSGID", "yes"),
+        ("UMask", "0077"),
+    ] {
+        assert_eq!(one(k), want, "{k}");
+    }
+    let families: BTreeSet<&str> = one("RestrictAddressFamilies").split_whitespace().collect();
+    let allowed = BTreeSet::from([
+        "AF_UNIX",
+        "AF_NETLINK",
+        "AF_PACKET",
+        "AF_XDP",
+        "AF_INET",
+        "AF_INET6",
+    ]);
+    assert!(families.is_subset(&allowed), "{families:?}");
+    for f in ["AF_UNIX", "AF_PACKET", "AF_XDP"] {
+        assert!(families.contains(f), "{f}");
+    }
+    let rw: BTreeSet<&str> = one("ReadWritePaths").split_whitespace().collect();
+    assert_eq!(rw, BTreeSet::from(["/run/vhu", "/var/lib/vhu"]));
+    for k in ["AmbientCapabilities", "CapabilityBoundingSet"] {
+        assert!(!one(k).contains("CAP_DAC_OVERRIDE"), "{k}");
+    }
+    let filter: Vec<&str> = one("SystemCallFilter").split_whitespace().collect();
+    assert_eq!(filter[0], "@system-service", "{filter:?}");
+    assert!(filter.contains(&"bpf"), "bpf for af_xdp: {filter:?}");
+
+    // The filter allows every system call of the switch's own seccomp
+    // allow-list (vhu-switch/src/seccomp.rs): systemd's is the outer bound.
+    let mut allowed_calls = BTreeSet::new();
+    let mut todo: Vec<String> = filter.iter().map(|s| (*s).to_owned()).collect();
+    while let Some(x) = todo.pop() {
+        if let Some(group) = x.strip_prefix('@') {
+            let out = stdout_ok(
+                Command::new("systemd-analyze").args(["syscall-filter", &format!("@{group}")]),
+            );
+            for l in out.lines().skip(1) {
+                let l = l.trim();
+                if !l.is_empty() && !l.starts_with('#') {
+                    todo.push(l.to_owned());
+                }
+            }
+        } else {
+            allowed_calls.insert(x);
+        }
+    }
+    let seccomp = std::fs::read_to_string(root().join("vhu-switch/src/seccomp.rs")).unwrap();
+    let used: BTreeSet<String> = seccomp
+        .split("libc::SYS_")
+        .skip(1)
+        .map(|r| {
+            r.chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .collect();
+    assert!(used.len() > 50, "{used:?}");
+    // Named in the file to be denied, not allowed.
+    let denied = ["ptrace"];
+    let missing: Vec<&String> = used
+        .iter()
+        .filter(|c| !allowed_calls.contains(*c) && !denied.contains(&c.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in the unit's SystemCallFilter: {missing:?}"
+    );
+    assert!(
+        allowed_calls.contains("seccomp"),
+        "the switch installs its filter"
+    );
+
+    // systemd reads it as written (the binary as built stands in for the
+    // installed one).
+    let run = RunDir::new("deploy-unit");
+    let text = std::fs::read_to_string(root().join("deploy/vhu-switch.service")).unwrap();
+    let bin = root().join("target/release/vhu-switch");
+    assert!(
+        bin.is_file(),
+        "{}: cargo build --release --workspace --bins",
+        bin.display()
+    );
+    let local = run.join("vhu-switch.service");
+    std::fs::write(
+        &local,
+        text.replace(
+            "ExecStart=/usr/local/bin/vhu-switch",
+            &format!("ExecStart={}", bin.canonicalize().unwrap().display()),
+        ),
+    )
+    .unwrap();
+    let o = run_unit_verify(&local);
+    assert!(o.0, "systemd-analyze verify:\n{}", o.1);
+    let ours: Vec<&str> = o.1.lines().filter(|l| l.contains("vhu-switch")).collect();
+    assert!(ours.is_empty(), "systemd-analyze verify:\n{}", o.1);
+}
+
+/// `systemd-analyze verify` of a unit file: success, and what it said.
+fn run_unit_verify(unit: &Path) -> (bool, String) {
+    let o = run(Command::new("systemd-analyze").arg("verify").arg(unit));
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
 }
