@@ -8,6 +8,9 @@
 //! of [`VARS`] in order; a missing part, or one that is not UTF-8, is an
 //! unset variable (as `std::env::var` sees it).
 //!
+//! The node configuration is the embedded default (its parser has its own
+//! target, [`crate::cni_node`]).
+//!
 //! Checks: nothing panics; every error carries the code its layer documents
 //! (4 for the environment; 1, 2, 6 or 7 for the configuration) and a
 //! non-empty message, and [`cmd::run`] returns exactly that error (it is
@@ -108,9 +111,21 @@ pub fn outcome(data: &[u8]) -> Outcome {
         ),
     }
 
+    // DEL parses leniently: what the node would refuse is ignored. Whatever
+    // parses strictly parses the same leniently.
+    let del_conf = NetConf::parse_for_del(stdin, &vhu_cni::node::NodeConfig::default());
+    if let Ok(c) = &conf {
+        let d = del_conf.as_ref().expect("a strict parse's configuration parses for DEL");
+        assert_eq!(format!("{d:?}"), format!("{c:?}"));
+    }
+    let cmd_conf = match &command {
+        Ok(Command::Del) => &del_conf,
+        _ => &conf,
+    };
+
     // What `cmd::run` must answer without I/O, if anything.
     let mut env_out = None;
-    let early: Option<Result<Option<Value>, CniError>> = match (&command, &conf) {
+    let early: Option<Result<Option<Value>, CniError>> = match (&command, cmd_conf) {
         (Err(e), _) => Some(Err(e.clone())),
         (Ok(Command::Version), _) => Some(Ok(Some(serde_json::json!({
             "cniVersion": config::SPEC_VERSION,
@@ -323,7 +338,8 @@ fn check_attachment(conf: &NetConf, env: &CniEnv) {
             Some(h)
         }
     };
-    let r = Record::new(conf, env, &port, host);
+    let _ = host;
+    let r = Record::new(conf, env, &port);
     let back: Record =
         serde_json::from_slice(&serde_json::to_vec(&r).expect("JSON")).expect("record");
     assert_eq!(back, r);
@@ -358,10 +374,10 @@ pub fn seeds() -> Vec<(String, Vec<u8>, Outcome)> {
     };
     let tap = |v: &str| {
         format!(
-            r#"{{"cniVersion":"{v}","name":"vhutest","type":"vhu-cni","kind":"tap","mtu":1400,"mac":"02:00:00:00:00:05","vlan":{{"trunk":[10,20],"native":10}},"stateDir":"/tmp/vhu-cni-state","runtimeConfig":{{"mac":"02:00:00:00:00:06"}},"ipam":{{"type":"host-local","subnet":"10.77.0.0/24","routes":[{{"dst":"10.78.0.0/16"}}]}}}}"#
+            r#"{{"cniVersion":"{v}","name":"vhutest","type":"vhu-cni","kind":"tap","mtu":1400,"mac":"02:00:00:00:00:05","vlan":{{"trunk":[10,20],"native":10}},"runtimeConfig":{{"mac":"02:00:00:00:00:06"}},"ipam":{{"type":"host-local","subnet":"10.77.0.0/24","routes":[{{"dst":"10.78.0.0/16"}}]}}}}"#
         )
     };
-    let client = r#"{"cniVersion":"1.1.0","name":"vm-net","type":"vhu-cni","kind":"vhost-user","vmRole":"client","hostSocketDir":"/var/lib/vhu/pods","runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/x.json"},"cni.dev/valid-attachments":[{"containerID":"c1","ifname":"net1"}]}"#;
+    let client = r#"{"cniVersion":"1.1.0","name":"vm-net","type":"vhu-cni","kind":"vhost-user","vmRole":"client","runtimeConfig":{"CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/x.json"},"cni.dev/valid-attachments":[{"containerID":"c1","ifname":"net1"}]}"#;
     let add = |cid: &str, args: &str| {
         vec![
             Some("ADD"),
@@ -401,7 +417,7 @@ pub fn seeds() -> Vec<(String, Vec<u8>, Outcome)> {
     // lookup refuses it (a configuration error), the parse accepts it.
     out.push((
         "add-vhost-user-device-id".into(),
-        r#"{"cniVersion":"1.1.0","name":"vm-net","type":"vhu-cni","kind":"vhost-user","deviceID":"106","deviceDir":"/nonexistent/vhu/dp"}"#.into(),
+        r#"{"cniVersion":"1.1.0","name":"vm-net","type":"vhu-cni","kind":"vhost-user","deviceID":"106"}"#.into(),
         add("c3", k8s),
         ok("1.1.0", Some(Ok(())), Command::Add),
     ));
@@ -472,6 +488,21 @@ pub fn seeds() -> Vec<(String, Vec<u8>, Outcome)> {
     out.push(bad_conf(
         "tap-socket-owner",
         r#"{"cniVersion":"1.0.0","name":"n","type":"vhu-cni","kind":"tap","socketOwner":"qemu"}"#,
+        INVALID_CONFIG,
+    ));
+    out.push(bad_conf(
+        "state-dir-not-the-nodes",
+        r#"{"cniVersion":"1.0.0","name":"n","type":"vhu-cni","kind":"vhost-user","stateDir":"/tmp/pod"}"#,
+        INVALID_CONFIG,
+    ));
+    out.push(bad_conf(
+        "device-info-outside",
+        r#"{"cniVersion":"1.0.0","name":"n","type":"vhu-cni","kind":"vhost-user","runtimeConfig":{"CNIDeviceInfoFile":"/etc/passwd"}}"#,
+        INVALID_CONFIG,
+    ));
+    out.push(bad_conf(
+        "ipam-self",
+        r#"{"cniVersion":"1.0.0","name":"n","type":"vhu-cni","kind":"vhost-user","ipam":{"type":"vhu-cni"}}"#,
         INVALID_CONFIG,
     ));
     out.push(bad_conf(

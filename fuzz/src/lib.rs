@@ -18,6 +18,8 @@
 //! - [`http`]: the control API's request reader and handlers on raw HTTP
 //!   bytes, against an in-memory switch and the OpenAPI document.
 //! - [`cni`]: the CNI plugin's configuration and environment parsing.
+//! - [`cni_node`]: the CNI plugin's node configuration (host paths and
+//!   per-namespace policy).
 //! - [`switching`]: the switch's forwarding step (a PMD over loopback
 //!   guests) against a reference model of learning, VLANs and flooding.
 //! - [`vhost_user`]: the vhost-user request path of a port fed a fuzzed
@@ -25,6 +27,7 @@
 #![deny(missing_docs)]
 
 pub mod cni;
+pub mod cni_node;
 pub mod http;
 pub mod input;
 pub mod net_hdr;

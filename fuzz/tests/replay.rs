@@ -23,6 +23,7 @@ fn replay_inputs() {
             "wire" => format!("{:?}", vhu_fuzz::wire::outcome(&b)),
             "http" => format!("{:?}", vhu_fuzz::http::answers(&b)),
             "cni" => format!("{:?}", vhu_fuzz::cni::outcome(&b)),
+            "cni_node" => format!("{:?}", vhu_fuzz::cni_node::outcome(&b)),
             other => panic!("VHU_FUZZ_TARGET={other}: no such harness"),
         };
         eprintln!("{}: {what}", p.display());

@@ -229,6 +229,22 @@ fn cni_seeds() {
 }
 
 #[test]
+fn cni_node_seeds() {
+    let seeds = vhu_fuzz::cni_node::seeds();
+    let bytes: Vec<(String, Vec<u8>)> = seeds
+        .iter()
+        .map(|(n, b, _)| (n.clone(), b.clone()))
+        .collect();
+    generated("cni_node", &bytes);
+    for (name, b, want) in &seeds {
+        assert_eq!(&vhu_fuzz::cni_node::outcome(b), want, "{name}");
+    }
+    for (p, b) in files("cni_node") {
+        eprintln!("{}: {:?}", p.display(), vhu_fuzz::cni_node::outcome(&b));
+    }
+}
+
+#[test]
 fn switching_seeds() {
     let seeds = vhu_fuzz::switching::seeds();
     generated("switching", &seeds);

@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod bins;
+pub mod cni_node;
 pub mod cri;
 pub mod device_plugin;
 pub mod driver;

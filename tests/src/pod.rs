@@ -29,17 +29,31 @@ pub fn cni_bin() -> PathBuf {
     bin
 }
 
-/// A CNI binary directory for a runtime under `dir`: `vhu-cni`, and the
-/// reference plugins `host-local` (IPAM) and `loopback` (containerd sets up
-/// the pod's `lo` with it) from Debian's `/usr/lib/cni`.
+/// A CNI binary directory for a runtime under `dir`: `vhu-cni` (a wrapper
+/// that runs it with `VHU_CNI_CONFIG` naming `dir`'s node configuration,
+/// [`crate::cni_node::path_in`], as a node's administrator would set it in
+/// the runtime's environment), and the reference plugins `host-local`
+/// (IPAM) and `loopback` (containerd sets up the pod's `lo` with it) from
+/// Debian's `/usr/lib/cni`.
 ///
 /// # Panics
 ///
 /// If a plugin is missing (`scripts/install-peers.sh`).
 pub fn cni_bin_dir(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
     let d = dir.join("cni-bin");
     std::fs::create_dir_all(&d).unwrap();
-    let _ = std::os::unix::fs::symlink(cni_bin(), d.join("vhu-cni"));
+    let wrapper = d.join("vhu-cni");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nVHU_CNI_CONFIG={:?} exec {:?} \"$@\"\n",
+            crate::cni_node::path_in(dir).display().to_string(),
+            cni_bin().display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     for p in ["host-local", "loopback"] {
         let src = Path::new("/usr/lib/cni").join(p);
         assert!(
@@ -196,12 +210,15 @@ pub fn testpmd_command(
     dir: &str,
     ifname: &str,
     server: bool,
+    mac: &str,
     what: PodTestpmd,
     lcores: Lcores,
     log: &str,
 ) -> Vec<String> {
     let mut o = FrontendOpts::new(format!("{dir}/{ifname}/sock"));
     o.server = server;
+    // The port is locked to the MAC the plugin gave the attachment.
+    o.mac = Some(mac.to_owned());
     o.log_features = false;
     o.port.lcores = lcores;
     o.port.forward_mode = match what {

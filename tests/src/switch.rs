@@ -51,6 +51,23 @@ pub struct SwitchProc {
     wrap: Vec<String>,
 }
 
+/// The id of group `name` (`getent group`).
+///
+/// # Panics
+///
+/// If there is no such group.
+pub fn group_id(name: &str) -> u32 {
+    let out = std::process::Command::new("getent")
+        .args(["group", name])
+        .output()
+        .expect("run getent");
+    String::from_utf8_lossy(&out.stdout)
+        .split(':')
+        .nth(2)
+        .and_then(|g| g.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no group {name}"))
+}
+
 /// Where [`SwitchProc::start_with`] runs the switch, beyond
 /// [`SwitchProc::start`]'s defaults.
 #[derive(Debug, Clone, Default)]

@@ -99,11 +99,31 @@ impl Cni {
             ipam_data: run.join("ipam"),
         };
         std::fs::create_dir_all(&c.hosts).unwrap();
+        c.node(&c.hosts.display().to_string());
         assert!(
             Path::new(CNI_PATH).join("host-local").is_file(),
             "host-local is missing: run scripts/install-peers.sh (containernetworking-plugins)"
         );
         c
+    }
+
+    /// (Re)writes the node configuration: this run's switch, state
+    /// directory, device-info directory (`devinfo` in the run directory) and socket
+    /// directory `hosts`; IPAM by `host-local` (and `no-such-ipam`, for
+    /// the plugin missing from `CNI_PATH`); VLANs 10 and 20 allowed beside
+    /// the untagged default, socket modes up to `0660`.
+    fn node(&self, hosts: &str) {
+        vhu_tests::cni_node::write(
+            &self.dir,
+            &vhu_tests::cni_node::NodePaths {
+                control_socket: Some(self.control.clone()),
+                state_dir: Some(self.state.clone()),
+                host_socket_dir: Some(hosts.to_owned()),
+                device_info_dir: Some(self.dir.join("devinfo")),
+                ..Default::default()
+            },
+            "ipam = [\"host-local\", \"no-such-ipam\"]\n[default]\nvlans = [10, 20]\nsocket_mode = \"0660\"\n",
+        );
     }
 
     /// A network configuration: the defaults of these tests, then `extra`'s
@@ -114,9 +134,6 @@ impl Cni {
             "name": "vhutest",
             "type": "vhu-cni",
             "kind": "vhost-user",
-            "controlSocket": self.control,
-            "hostSocketDir": self.hosts,
-            "stateDir": self.state,
             "ipam": {"type": "host-local", "subnet": "10.77.0.0/24",
                      "routes": [{"dst": "10.78.0.0/16"}], "dataDir": self.ipam_data},
         });
@@ -135,6 +152,10 @@ impl Cni {
         let mut child = Command::new(cni_bin())
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env(
+                vhu_cni::node::PATH_VAR,
+                vhu_tests::cni_node::path_in(&self.dir),
+            )
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -271,9 +292,19 @@ const BAD: &str = r#"6 | not JSON | - | RAW:{
 7 | not a unicast | - | {"mac": "ff:ff:ff:ff:ff:ff"}
 7 | socketMode: "rw" is not an octal | - | {"socketMode": "rw"}
 2 | unsupported field "colour" | - | {"colour": "red"}
-7 | socketOwner applies only | - | {"kind": "tap", "hostSocketDir": null, "socketOwner": "qemu"}
+7 | socketOwner applies only | - | {"kind": "tap", "socketOwner": "qemu"}
 7 | must be an absolute path | - | {"hostSocketDir": "relative"}
-11 | the switch does not answer | - | {"controlSocket": "@DIR@/nope.sock"}
+7 | nope.sock" is not this node's (control_socket | - | {"controlSocket": "@DIR@/nope.sock"}
+7 | stateDir "/tmp" is not this node's | - | {"stateDir": "/tmp"}
+7 | is not this node's (device_dir | - | {"deviceDir": "@DIR@"}
+7 | is not inside this node's device-info directory | - | {"runtimeConfig": {"CNIDeviceInfoFile": "/etc/vhu-victim"}}
+7 | cannot be its own IPAM plugin | - | {"ipam": {"type": "vhu-cni"}}
+7 | ipam.type "dhcp" is not an IPAM plugin this node allows | - | {"ipam": {"type": "dhcp"}}
+7 | vlan: VLAN 30 is not allowed (allowed: 0, 10, 20) | - | {"vlan": 30}
+7 | a trunk port is not allowed | - | {"vlan": {"trunk": [10]}}
+7 | macLock: a port without a MAC lock is not allowed | - | {"macLock": false}
+7 | socketOwner: "0" is not allowed | - | {"socketOwner": "0"}
+7 | socketMode: "0666" is wider than allowed | - | {"socketMode": "0666"}
 7 | ipam.type "no-such-ipam": no such plugin in CNI_PATH | - | {"ipam": {"type": "no-such-ipam"}}
 999 | IPAM plugin host-local ADD: invalid CIDR address: 300.1.0.0/24 | - | {"ipam": {"type": "host-local", "subnet": "300.1.0.0/24", "dataDir": "@DIR@/ipam"}}
 101 | exists already | CID=taken | {}
@@ -283,8 +314,8 @@ const BAD: &str = r#"6 | not JSON | - | RAW:{
 4 | CNI_COMMAND "ATTACH" is unknown | CNI_COMMAND=ATTACH | {}
 4 | CNI_NETNS is not set | CNI_NETNS | {}
 4 | CNI_PATH is not set | CNI_PATH | {}
-7 | mtu: 40 is out of range | - | {"kind": "tap", "hostSocketDir": null, "mtu": 40}
-4 | CNI_ARGS has no K8S_POD_UID | CNI_ARGS= | {"hostSocketDir": "/tmp/{podUID}/x"}"#;
+7 | mtu: 40 is out of range | - | {"kind": "tap", "mtu": 40}
+7 | hostSocketDir "/tmp/{podUID}/x" is not this node's | CNI_ARGS= | {"hostSocketDir": "/tmp/{podUID}/x"}"#;
 
 #[test]
 #[ignore = "needs root, vhu-switch and host-local; run with --include-ignored"]
@@ -366,10 +397,7 @@ fn cni_plugin_against_a_live_switch() {
 
     // tap into a namespace.
     {
-        let conf = cni.conf(
-            "1.0.0",
-            json!({"kind": "tap", "hostSocketDir": null, "mtu": 1400}),
-        );
+        let conf = cni.conf("1.0.0", json!({"kind": "tap", "mtu": 1400}));
         let r = cni.ok("ADD", "tap1", &sandbox, "", &conf);
         let mac = check_result("1.0.0", &r, &sandbox, None);
         let addr = r["ips"][0]["address"].as_str().unwrap().to_owned();
@@ -422,13 +450,11 @@ fn cni_plugin_against_a_live_switch() {
             "x".repeat(200 - cni.dir.as_os_str().len() - 2)
         ));
         assert_eq!(long.as_os_str().len(), 200);
-        let conf = cni.conf(
-            "1.1.0",
-            json!({"vmRole": "client", "socketMode": "0660", "hostSocketDir": long}),
-        );
+        cni.node(&long.display().to_string());
+        let conf = cni.conf("1.1.0", json!({"vmRole": "client", "socketMode": "0660"}));
         let mut socks = Vec::new();
         for pod in ["a", "b"] {
-            let di = cni.dir.join(format!("di-{pod}"));
+            let di = cni.dir.join(format!("devinfo/di-{pod}"));
             let mut c = conf.clone();
             c["runtimeConfig"] = json!({"CNIDeviceInfoFile": di});
             let r = cni.ok("ADD", &format!("same-{pod}"), &sandbox, &pod_uid(pod), &c);
@@ -456,6 +482,7 @@ fn cni_plugin_against_a_live_switch() {
             assert!(!long.join(format!("pod-{pod}")).exists());
         }
         assert!(port_names(&sw).is_empty());
+        cni.node(&cni.hosts.display().to_string());
     }
 
     // GC keeps exactly the valid attachments.
@@ -642,10 +669,7 @@ fn tap_pods_survive_a_switch_crash() {
     let run = RunDir::new("cni-tap-crash");
     let mut sw = SwitchProc::start(&run, "", &[]);
     let cni = Cni::new(&run, &sw);
-    let conf = cni.conf(
-        "1.0.0",
-        json!({"kind": "tap", "hostSocketDir": null, "mtu": 1400}),
-    );
+    let conf = cni.conf("1.0.0", json!({"kind": "tap", "mtu": 1400}));
     let (pod_a, pod_b, pod_c) = (Netns::new(), Netns::new(), Netns::new());
     let pods = [("ra", &pod_a), ("rb", &pod_b), ("rc", &pod_c)];
     let mut addr = Vec::new();
@@ -729,4 +753,304 @@ impl Cni {
             .and_then(|r| r["port"].as_str().map(str::to_owned))
             .unwrap_or_else(|| panic!("no record of {cid}"))
     }
+}
+
+/// Asserts a victim file still has `content` and `mode`.
+fn intact(f: &Path, content: &[u8], mode: u32) {
+    let m = std::fs::symlink_metadata(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    assert!(
+        m.file_type().is_file(),
+        "{} is not a file any more",
+        f.display()
+    );
+    assert_eq!(m.permissions().mode() & 0o7777, mode, "{}", f.display());
+    assert_eq!(std::fs::read(f).unwrap(), content, "{}", f.display());
+}
+
+/// A namespace user's network configuration and a pod's own directory
+/// reach nothing but the attachment's own port and files
+/// (`docs/security.md`): host paths a network names are refused (ADD) or
+/// ignored (DEL); a device-info file outside the node's directory is
+/// refused; links a pod puts in its socket directory are removed, never
+/// followed; `vhu-cni` cannot be its own IPAM plugin, by name or under
+/// another; a port made without a VLAN is an access port of the untagged
+/// VLAN, locked to its MAC, and its tagged frames do not reach another
+/// VLAN's pod; a DEL with the switch down succeeds, and the port goes once
+/// the switch is back. Each case asserts that a victim file, directory and
+/// another attachment's port are unchanged.
+#[test]
+#[ignore = "needs root, vhu-switch and host-local; run with --include-ignored"]
+fn hostile_networks_reach_only_their_own_attachment() {
+    let run = RunDir::new("cni-hostile");
+    let mut sw = SwitchProc::start(&run, "", &[]);
+    let cni = Cni::new(&run, &sw);
+    let pod_ns = Netns::new();
+    let sandbox = netns_path(&pod_ns);
+    let args =
+        |cid: &str| format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=tenant;K8S_POD_UID=pod-{cid}");
+
+    // The victim: another tenant's attachment, and host files.
+    let victim_conf = cni.conf("1.1.0", json!({}));
+    cni.ok("ADD", "victim", &sandbox, &args("victim"), &victim_conf);
+    let victim_port = port_names(&sw);
+    assert_eq!(victim_port.len(), 1);
+    let vdir = run.join("victim");
+    std::fs::create_dir_all(&vdir).unwrap();
+    let (keep, sock) = (vdir.join("keep"), vdir.join("sock"));
+    std::fs::write(&keep, b"precious").unwrap();
+    std::fs::set_permissions(&keep, std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::write(&sock, b"not yours").unwrap();
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let unchanged = |what: &str, sw: &SwitchProc| {
+        intact(&keep, b"precious", 0o640);
+        intact(&sock, b"not yours", 0o600);
+        let entries: Vec<PathBuf> = files(&vdir);
+        assert_eq!(
+            entries,
+            vec![keep.clone(), sock.clone()],
+            "{what}: victim dir"
+        );
+        let vm = std::fs::metadata(&vdir).unwrap();
+        assert_eq!(
+            vm.permissions().mode() & 0o777,
+            0o755,
+            "{what}: victim dir mode"
+        );
+        assert!(
+            port_names(sw).contains(&victim_port[0]),
+            "{what}: the victim's port is gone"
+        );
+    };
+    std::fs::set_permissions(&vdir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    unchanged("set-up", &sw);
+
+    // 1. A device-info path anywhere: refused (the old plugin replaced the
+    //    file with its JSON, mode 0444).
+    let o = cni.run(
+        "ADD",
+        "a1",
+        &sandbox,
+        &args("a1"),
+        &cni.conf(
+            "1.1.0",
+            json!({"runtimeConfig": {"CNIDeviceInfoFile": keep}}),
+        ),
+    );
+    assert_eq!(o.code(), 7, "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains("is not inside this node's device-info directory"),
+        "{}",
+        o.stdout
+    );
+    unchanged("device-info outside", &sw);
+    assert_eq!(port_names(&sw), victim_port);
+
+    // 2. A DEL whose network names a pod-writable state directory holding
+    //    a planted record of the victim's port and file: the directory is
+    //    ignored (the old plugin unlinked the record's socket path and
+    //    removed the record's port).
+    let planted = run.join("planted/vhutest");
+    std::fs::create_dir_all(&planted).unwrap();
+    let port_a2 = vhu_cni::attach::port_name("vhutest", "a2", IFNAME);
+    std::fs::write(
+        planted.join(format!("{port_a2}.json")),
+        json!({"network": "vhutest", "containerID": "a2", "ifname": IFNAME, "netns": "",
+               "args": "", "port": victim_port[0],
+               "host": {"pod_dir": vdir, "owns_pod_dir": false, "if_dir": vdir, "socket": sock}})
+        .to_string(),
+    )
+    .unwrap();
+    let hostile = cni.conf("1.1.0", json!({"stateDir": run.join("planted")}));
+    let o = cni.run("DEL", "a2", &sandbox, &args("a2"), &hostile);
+    assert!(o.ok, "DEL: {}", o.stdout);
+    unchanged("planted record", &sw);
+    // ADD with the same network: refused, naming the field.
+    let o = cni.run("ADD", "a2", &sandbox, &args("a2"), &hostile);
+    assert_eq!(o.code(), 7, "{}", o.stdout);
+    assert!(o.stdout.contains("stateDir"), "{}", o.stdout);
+    unchanged("stateDir on ADD", &sw);
+
+    // 3. The pod swaps its socket directory for a link to the victim's
+    //    directory: DEL removes the link, not the victim's "sock" (the old
+    //    plugin unlinked <link>/sock).
+    let conf = cni.conf("1.1.0", json!({}));
+    cni.ok("ADD", "a3", &sandbox, &args("a3"), &conf);
+    let if_dir = cni.hosts.join(format!("pod-a3/{IFNAME}"));
+    assert!(if_dir.is_dir());
+    std::fs::rename(&if_dir, cni.hosts.join("pod-a3/moved")).unwrap();
+    std::os::unix::fs::symlink(&vdir, &if_dir).unwrap();
+    cni.ok("DEL", "a3", &sandbox, &args("a3"), &conf);
+    unchanged("link in the pod's directory", &sw);
+    assert!(
+        std::fs::symlink_metadata(&if_dir).is_err(),
+        "the link is removed"
+    );
+    assert_eq!(port_names(&sw), victim_port);
+
+    // 4. A link where the plugin is to create the socket directory: ADD
+    //    refuses, nothing is created or chowned through it.
+    std::fs::create_dir_all(cni.hosts.join("pod-a4")).unwrap();
+    std::os::unix::fs::symlink(&vdir, cni.hosts.join(format!("pod-a4/{IFNAME}"))).unwrap();
+    let o = cni.run(
+        "ADD",
+        "a4",
+        &sandbox,
+        &args("a4"),
+        &cni.conf("1.1.0", json!({"socketMode": "0660"})),
+    );
+    assert_eq!(o.code(), 101, "{}", o.stdout);
+    unchanged("link before ADD", &sw);
+    assert_eq!(port_names(&sw), victim_port);
+
+    // 5. vhu-cni as its own IPAM plugin: by name, and under a name the node
+    //    allows (a link on CNI_PATH); both end at once, nothing made.
+    let o = cni.run(
+        "ADD",
+        "a5",
+        &sandbox,
+        &args("a5"),
+        &cni.conf("1.1.0", json!({"ipam": {"type": "vhu-cni"}})),
+    );
+    assert_eq!(o.code(), 7, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("cannot be its own IPAM plugin"),
+        "{}",
+        o.stdout
+    );
+    let bin = run.join("cni-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(cni_bin(), bin.join("alias")).unwrap();
+    std::os::unix::fs::symlink(
+        Path::new(CNI_PATH).join("host-local"),
+        bin.join("host-local"),
+    )
+    .unwrap();
+    let node = vhu_tests::cni_node::path_in(&cni.dir);
+    let text = std::fs::read_to_string(&node).unwrap();
+    std::fs::write(&node, text.replace("\"no-such-ipam\"", "\"alias\"")).unwrap();
+    let t0 = std::time::Instant::now();
+    let o = cni.run_raw(
+        &[
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", "a5"),
+            ("CNI_NETNS", &sandbox),
+            ("CNI_IFNAME", IFNAME),
+            ("CNI_ARGS", &args("a5")),
+            ("CNI_PATH", bin.to_str().unwrap()),
+        ],
+        cni.conf("1.1.0", json!({"ipam": {"type": "alias"}}))
+            .to_string()
+            .as_bytes(),
+    );
+    assert!(!o.ok, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("cannot be its own IPAM plugin"),
+        "{}",
+        o.stdout
+    );
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    std::fs::write(&node, text).unwrap();
+    unchanged("IPAM loop", &sw);
+    assert_eq!(port_names(&sw), victim_port);
+
+    // 6. No VLAN named: an access port of the untagged VLAN, locked to the
+    //    attachment's MAC (the old plugin made a trunk of every VLAN, and
+    //    locked a vhost-user port only to a MAC given explicitly).
+    let r = cni.ok("ADD", "a6", &sandbox, &args("a6"), &conf);
+    let mac = r["interfaces"][0]["mac"].as_str().unwrap().to_owned();
+    let ports: Vec<PortView> = sw.get("/ports");
+    let p = ports
+        .iter()
+        .find(|p| p.spec.name == vhu_cni::attach::port_name("vhutest", "a6", IFNAME))
+        .expect("a6's port");
+    assert_eq!(p.spec.vlan, Some(vhu_api::Vlan::Access(0)), "{p:?}");
+    assert_eq!(
+        p.spec
+            .mac
+            .as_ref()
+            .map(|m| m.iter().map(ToString::to_string).collect::<Vec<_>>()),
+        Some(vec![mac])
+    );
+    assert_eq!(
+        p.spec.attachment.as_deref(),
+        Some(format!("cni/tenant/vhutest/a6/{IFNAME}").as_str())
+    );
+
+    // 7. DEL with the switch down succeeds and cleans what is local; the
+    //    port goes once the switch answers again (STATUS).
+    sw.kill9();
+    cni.ok("DEL", "a6", &sandbox, &args("a6"), &conf);
+    assert!(!cni.hosts.join(format!("pod-a6/{IFNAME}")).exists());
+    assert!(files(&cni.state.join("pending")).len() == 1);
+    sw.restart();
+    assert!(
+        port_names(&sw).contains(&p.spec.name),
+        "persisted across the restart"
+    );
+    let o = cni.run_raw(
+        &[("CNI_COMMAND", "STATUS"), ("CNI_PATH", CNI_PATH)],
+        conf.to_string().as_bytes(),
+    );
+    assert!(o.ok, "{}", o.stdout);
+    assert_eq!(port_names(&sw), victim_port, "the pending port is removed");
+    assert!(files(&cni.state.join("pending")).is_empty());
+    unchanged("switch down", &sw);
+
+    // 8. Tagged frames into another tenant's VLAN: a tap pod whose network
+    //    names no VLAN sends VID 20 broadcasts (from its own MAC) towards a
+    //    tap pod of VLAN 20. Its port is an access port: they are dropped
+    //    there (`vlan_denied`) and the victim receives nothing (the old
+    //    plugin's port was a trunk of every VLAN and carried them in).
+    let (vns, ans) = (Netns::new(), Netns::new());
+    let tap = |vlan: Value| {
+        let mut c = cni.conf("1.0.0", json!({"kind": "tap"}));
+        if !vlan.is_null() {
+            c["vlan"] = vlan;
+        }
+        c
+    };
+    cni.ok("ADD", "tv", &netns_path(&vns), &args("tv"), &tap(json!(20)));
+    let r = cni.ok(
+        "ADD",
+        "ta",
+        &netns_path(&ans),
+        &args("ta"),
+        &tap(Value::Null),
+    );
+    let amac = r["interfaces"][0]["mac"].as_str().unwrap().replace(':', "");
+    let name_of = |cid: &str| vhu_cni::attach::port_name("vhutest", cid, IFNAME);
+    let (vport, aport) = (name_of("tv"), name_of("ta"));
+    let v0 = sw.stats(&vport).total.rx_packets;
+    // An ARP request for 10.99.0.2 from 10.99.0.1, tagged VID 20.
+    let frame = format!(
+        "ffffffffffff{amac}81000014080600010800060400{amac}0a630001000000000000\
+         0a630002{}",
+        "00".repeat(18)
+    );
+    let frames: Vec<&str> = std::iter::repeat_n(frame.as_str(), 5).collect();
+    let mut send = vec![IFNAME];
+    send.extend(frames);
+    ans.exec(&[&["python3", "-c", peers::SEND_FRAMES][..], &send[..]].concat());
+    let a = sw.settle(&[&aport, &vport]);
+    let denied = a[0]
+        .total
+        .tx_dropped
+        .get("vlan_denied")
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        denied >= 5,
+        "the tagged frames are dropped and counted: {a:?}"
+    );
+    assert_eq!(
+        a[1].total.rx_packets, v0,
+        "VLAN 20's pod received them: {a:?}"
+    );
+    for cid in ["tv", "ta"] {
+        cni.ok("DEL", cid, "", &args(cid), &tap(Value::Null));
+    }
+
+    cni.ok("DEL", "victim", &sandbox, &args("victim"), &victim_conf);
+    assert!(port_names(&sw).is_empty());
 }

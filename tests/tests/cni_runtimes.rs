@@ -107,11 +107,29 @@ impl Net {
         let state = run.join(&format!("{name}-state"));
         let ipam = run.join(&format!("{name}-ipam"));
         std::fs::create_dir_all(&hosts).unwrap();
+        // The node's configuration holds the host paths (a network cannot
+        // name them); one network at a time per run directory.
+        vhu_tests::cni_node::write(
+            run.path(),
+            &vhu_tests::cni_node::NodePaths {
+                control_socket: Some(sw.control.clone()),
+                state_dir: Some(state.clone()),
+                host_socket_dir: Some(
+                    if uid_dir {
+                        hosts.join("{podUID}/volumes/kubernetes.io~empty-dir/vhu-sockets")
+                    } else {
+                        hosts.clone()
+                    }
+                    .display()
+                    .to_string(),
+                ),
+                ..Default::default()
+            },
+            &format!("[default]\nvlans = [{TAP_VLAN}]\n"),
+        );
         let mut plugin = json!({
             "type": "vhu-cni",
             "kind": kind,
-            "controlSocket": sw.control,
-            "stateDir": state,
             "ipam": {"type": "host-local", "subnet": format!("10.{net}.0.0/24"),
                      "dataDir": ipam},
         });
@@ -120,11 +138,6 @@ impl Net {
             // Declared, so that a runtime that has a device-info path passes
             // it (`runtimeConfig`); the plugin's record shows what came.
             plugin["capabilities"] = json!({"CNIDeviceInfoFile": true});
-            plugin["hostSocketDir"] = json!(if uid_dir {
-                hosts.join("{podUID}/volumes/kubernetes.io~empty-dir/vhu-sockets")
-            } else {
-                hosts.clone()
-            });
         }
         let conf = json!({"cniVersion": "1.0.0", "name": name, "plugins": [plugin]});
         Self {
@@ -317,10 +330,15 @@ fn containerd_cri_pods_on_vhu_cni() {
             (out.clone(), POD_OUT_DIR),
         ]
     };
+    // Each port is locked to the MAC the plugin gave it: the pod's testpmd
+    // takes it (a VM would, from the CNI result).
+    let mac_of = |p: &PortView| p.spec.mac.as_ref().expect("a locked port")[0].to_string();
+    let (mac_a, mac_b) = (mac_of(&port_a), mac_of(&port_b));
     let start = |pod: &Sandbox, uid: &str, name: &str, what, lcores, log: &str| {
         let m = mounts(uid);
         let m: Vec<(&Path, &str)> = m.iter().map(|(h, c)| (h.as_path(), *c)).collect();
-        let cmd = pod::testpmd_command(POD_SOCKET_DIR, IFNAME, true, what, lcores, log);
+        let mac = if uid == uid_a { &mac_a } else { &mac_b };
+        let cmd = pod::testpmd_command(POD_SOCKET_DIR, IFNAME, true, mac, what, lcores, log);
         ctd.start_container(pod, name, IMAGE, &cmd, &m)
     };
     let rx = start(
@@ -565,6 +583,7 @@ fn quiet_counters(
 #[test]
 #[ignore = "needs root, podman, testpmd and vhu-switch; run with --include-ignored"]
 fn podman_pods_on_vhu_cni() {
+    const PM_MAC: &str = "02:00:00:00:83:01";
     let run = RunDir::new("podman");
     let sw = SwitchProc::start(&run, "", &[]);
     let rootfs = run.join("rootfs");
@@ -592,10 +611,12 @@ fn podman_pods_on_vhu_cni() {
     host.start();
     // podman keys the host directory by the container id (no pod UID): the
     // container finds its directory through /run/.containerenv.
+    // podman passes --mac-address as CNI_ARGS MAC: the port is locked to it.
     let cmd = pod::testpmd_command(
         "/var/run/vhu-pods/$id",
         IFNAME,
         true,
+        PM_MAC,
         PodTestpmd::Send,
         Lcores::BACKEND,
         "pm-tx.log",
@@ -614,6 +635,8 @@ fn podman_pods_on_vhu_cni() {
         "--privileged",
         "--network",
         "vhu-pm-vu",
+        "--mac-address",
+        PM_MAC,
         "-v",
         &hosts_mount,
         "-v",

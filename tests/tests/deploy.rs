@@ -485,14 +485,26 @@ fn manifests_agree_with_the_programs() {
     let key = Path::new(config).file_name().unwrap().to_str().unwrap();
     let toml = cm["data"][key].as_str().expect("the configuration's key");
 
-    // NetworkAttachmentDefinitions parse as vhu-cni configurations.
+    // NetworkAttachmentDefinitions parse as vhu-cni configurations under
+    // the shipped node configuration (cni.toml), and its policy for their
+    // namespace admits them.
     let resource = &used["vhu-device-plugin"]["--resource"];
+    let node_toml = cm["data"]["cni.toml"]
+        .as_str()
+        .expect("cni.toml in the ConfigMap");
+    let node = vhu_cni::node::NodeConfig::parse(node_toml.as_bytes(), None)
+        .unwrap_or_else(|e| panic!("cni.toml: {e:?}"));
+    assert_eq!(node.control_socket, Path::new(control), "cni.toml");
+    assert!(node.default.flood_rate.is_some(), "cni.toml limits floods");
     let mut nads = BTreeSet::new();
     for nad in by_kind("NetworkAttachmentDefinition") {
         let name = nad["metadata"]["name"].as_str().unwrap();
         let raw = nad["spec"]["config"].as_str().unwrap();
-        let conf = vhu_cni::config::NetConf::parse(raw.as_bytes())
+        let conf = vhu_cni::config::NetConf::parse_with(raw.as_bytes(), &node)
             .unwrap_or_else(|e| panic!("NAD {name}: {e:?}"));
+        let ns = nad["metadata"]["namespace"].as_str();
+        vhu_cni::admission::admit(&conf, &node, ns)
+            .unwrap_or_else(|e| panic!("NAD {name} in {ns:?}: {e:?}"));
         assert_eq!(conf.name, name);
         assert_eq!(conf.raw["type"], "vhu-cni", "NAD {name}");
         assert_eq!(conf.control_socket, Path::new(control), "NAD {name}");

@@ -342,13 +342,21 @@ fn device_plugin_against_a_test_kubelet() {
 
     // vhu-cni with the allocated devices, against a live switch.
     {
-        let sw = SwitchProc::start(&run, "", &[]);
+        // No CAP_DAC_OVERRIDE in the switch: it reaches the slots (107:107,
+        // 0770) as a member of group 107, as the DaemonSet runs it.
+        let sw = SwitchProc::start_with(
+            &run,
+            "",
+            &[],
+            &vhu_tests::switch::SwitchOpts {
+                wrap: vec!["setpriv".into(), "--groups=107".into()],
+                ..Default::default()
+            },
+        );
         let conf = |id: &str, ifname: &str| {
             json!({
                 "cniVersion": "1.1.0", "name": "dpnet", "type": "vhu-cni",
-                "kind": "vhost-user", "controlSocket": sw.control,
-                "stateDir": run.join("cni-state"),
-                "deviceDir": host,
+                "kind": "vhost-user",
                 // As Multus injects it: both keys.
                 "deviceID": id, "pciBusID": id,
                 "socketOwner": "107", "socketGroup": "107", "socketMode": "0660",
@@ -357,8 +365,23 @@ fn device_plugin_against_a_test_kubelet() {
                     run.join(&format!("devinfo/cni/dpnet-pod1_{ifname}"))},
             })
         };
+        // The node's configuration: this switch, state directory, the
+        // plugin's host directory and the device-info directory.
+        let node = vhu_tests::cni_node::write(
+            run.path(),
+            &vhu_tests::cni_node::NodePaths {
+                control_socket: Some(sw.control.clone()),
+                state_dir: Some(run.join("cni-state")),
+                device_dir: Some(host.clone()),
+                device_info_dir: Some(run.join("devinfo")),
+                ..Default::default()
+            },
+            "[default]\nsocket_owners = [\"107\"]\nsocket_groups = [\"107\"]\nsocket_mode = \"0660\"\n",
+        );
+        let node = node.display().to_string();
         let env = |cmd: &'static str, ifname: &'static str| {
             [
+                ("VHU_CNI_CONFIG", node.as_str()),
                 ("CNI_COMMAND", cmd),
                 ("CNI_CONTAINERID", "pod1"),
                 ("CNI_NETNS", "/var/run/netns/cni-devplug"),

@@ -52,6 +52,9 @@ use vhu_tests::libvirt::{self, Domain, Libvirt};
 use vhu_tests::netns::{Netns, VethPair};
 use vhu_tests::qemu::{self, parse_results};
 use vhu_tests::switch::SwitchProc;
+
+/// The group QEMU runs in under libvirt here (its sockets get it).
+const QEMU_GROUP: &str = "libvirt-qemu";
 use vhu_tests::testpmd::RunDir;
 use vhu_tests::{bins, peers};
 
@@ -526,25 +529,42 @@ struct Pod {
 }
 
 impl Pod {
-    /// `vhu-cni` ADD of `ifname` for container `cid`, with `queues`; then
-    /// network-info from its device-info, and a sidecar.
-    fn new(sw: &SwitchProc, pods: &Path, cid: &str, ifname: &str, queues: u32) -> Self {
+    /// `vhu-cni` ADD of `ifname` for container `cid`, with `queues` and the
+    /// VMI interface's `mac` (Multus hands it over through the `mac`
+    /// capability; the port is locked to it); then network-info from its
+    /// device-info, and a sidecar.
+    fn new(sw: &SwitchProc, pods: &Path, cid: &str, ifname: &str, queues: u32, mac: &str) -> Self {
         let netns = Netns::new();
         let dir = RunDir::new(&format!("kv-{cid}"));
         let devinfo = dir.join("device-info.json");
+        // The node's configuration: the host paths, and the socket owner,
+        // group and mode QEMU under libvirt needs.
+        let node = vhu_tests::cni_node::write(
+            dir.path(),
+            &vhu_tests::cni_node::NodePaths {
+                control_socket: Some(sw.control.clone()),
+                state_dir: Some(dir.join("cni-state")),
+                host_socket_dir: Some(pods.display().to_string()),
+                device_info_dir: Some(dir.path().to_owned()),
+                ..Default::default()
+            },
+            &format!(
+                "[default]\nsocket_owners = [{:?}]\nsocket_groups = [{QEMU_GROUP:?}]\nsocket_mode = \"0660\"\n",
+                libvirt::QEMU_USER
+            ),
+        );
         let conf = json!({
             "cniVersion": "1.1.0", "name": "vhu-net", "type": "vhu-cni",
             "kind": "vhost-user", "vmRole": "server", "queues": queues, "mtu": 1500,
-            "controlSocket": sw.control, "hostSocketDir": pods,
-            "stateDir": dir.join("cni-state"),
-            "socketOwner": libvirt::QEMU_USER, "socketGroup": "kvm", "socketMode": "0660",
-            "capabilities": {"CNIDeviceInfoFile": true},
-            "runtimeConfig": {"CNIDeviceInfoFile": devinfo},
+            "socketOwner": libvirt::QEMU_USER, "socketGroup": QEMU_GROUP, "socketMode": "0660",
+            "capabilities": {"CNIDeviceInfoFile": true, "mac": true},
+            "runtimeConfig": {"CNIDeviceInfoFile": devinfo, "mac": mac},
         });
         let netns_path = format!("/var/run/netns/{}", netns.name());
         let mut child = Command::new(cni_bin())
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env(vhu_cni::node::PATH_VAR, &node)
             .envs([
                 ("CNI_COMMAND", "ADD"),
                 ("CNI_CONTAINERID", cid),
@@ -750,7 +770,21 @@ fn through_libvirt_to_real_guests() {
     let host = VethPair::new();
     host.set_host_ipv6(false).expect("IPv6 off on the host end");
     host.set_peer_addr(&format!("{HOST_IP}/24"));
-    let mut sw = SwitchProc::start(&run, "", &[]);
+    // The switch holds no CAP_DAC_OVERRIDE: it reaches QEMU's socket
+    // directory (owner libvirt-qemu, group QEMU_GROUP, 0770) and the
+    // socket QEMU makes there (group QEMU_GROUP, 0775) as a member of
+    // QEMU's group, as a node's DaemonSet gives it group 107
+    // (supplementalGroups) for KubeVirt's QEMU.
+    let qemu_gid = vhu_tests::switch::group_id(QEMU_GROUP);
+    let mut sw = SwitchProc::start_with(
+        &run,
+        "",
+        &[],
+        &vhu_tests::switch::SwitchOpts {
+            wrap: vec!["setpriv".into(), format!("--groups={qemu_gid}")],
+            ..Default::default()
+        },
+    );
     sw.add_af_packet("up", host.host());
     let mut sink = host.ns().spawn_python(
         peers::GUEST_PEER,
@@ -770,7 +804,7 @@ fn through_libvirt_to_real_guests() {
     let mut xmls = Vec::new();
     for (i, (vcpus, mac, ip)) in specs.iter().enumerate() {
         let ifname = format!("kv{i}-{pid}");
-        let pod = Pod::new(&sw, &pods, &format!("src{i}-{pid}"), &ifname, *vcpus);
+        let pod = Pod::new(&sw, &pods, &format!("src{i}-{pid}"), &ifname, *vcpus, mac);
         views.push(PodView::new(&ifname, &pod.host_dir));
         let name = format!("vhu-kv{i}-{pid}");
         let xml = pod
@@ -806,7 +840,7 @@ fn through_libvirt_to_real_guests() {
 
     // ---- Migration path: the first VMI in a target pod ----
     let ifname = format!("kv0-{pid}");
-    let target = Pod::new(&sw, &pods, &format!("dst0-{pid}"), &ifname, 1);
+    let target = Pod::new(&sw, &pods, &format!("dst0-{pid}"), &ifname, 1, specs[0].1);
     assert_ne!(target.host_dir, pods_up[0].host_dir);
     let name = format!("vhu-kv0-{pid}");
     // virt-launcher on the target calls OnDefineDomain (and discards the
@@ -842,7 +876,14 @@ fn through_libvirt_to_real_guests() {
     // reconnects; the guest keeps running (it boots once), its transfer
     // resumes and completes intact.
     let ifname = format!("kv3-{pid}");
-    let pod = Pod::new(&sw, &pods, &format!("rst-{pid}"), &ifname, 1);
+    let pod = Pod::new(
+        &sw,
+        &pods,
+        &format!("rst-{pid}"),
+        &ifname,
+        1,
+        "02:00:00:0b:00:03",
+    );
     let _view = PodView::new(&ifname, &pod.host_dir);
     let name = format!("vhu-kv3-{pid}");
     let xml = pod

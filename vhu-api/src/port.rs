@@ -19,7 +19,7 @@
 //! | `queues` | all | queue pairs (vhost-user, 1-128) or uplink queues (1-64); default 1 |
 //! | `mac` | all | the only source MACs the port may send from (anti-spoofing); default: any |
 //! | `mtu` | all | largest IP packet, 68-9216; larger frames are dropped both ways and counted; offered to a vhost-user guest (`VIRTIO_NET_F_MTU`) |
-//! | `vlan` | all | `10` (access port: untagged frames belong to VLAN 10) or `{"trunk": [10, 20], "native": 10}`; default: untagged, VLAN 0 |
+//! | `vlan` | all | `10` (access port: untagged frames belong to VLAN 10; `0`: the untagged VLAN, tagged frames dropped) or `{"trunk": [10, 20], "native": 10}`; default: none, a trunk of every VLAN whose untagged frames are VLAN 0 |
 //! | `mac_limit` | all | most addresses the switch learns on the port (1-1000000; its share of the FDB); beyond it a source is not learned, its frames still flow, and the refusal is counted (`fdb.learn_refused`); default: the switch's `fdb_max_per_port` (vhost-user, tap) or half its table (af_xdp, af_packet) |
 //! | `flood_rate` | all | most frames per second the port may flood (broadcast, multicast, unknown unicast; 0-10000000, 0: unlimited); the others are dropped and counted (`flood_rate`); default: the switch's `flood_rate` (vhost-user, tap; 0 unless configured) or unlimited (af_xdp, af_packet) |
 //! | `flood_burst` | all | how many frames over the rate a flood may bring at once (1-1000000); default: the switch's `flood_burst` |
@@ -28,6 +28,7 @@
 //! | `pmd` | all | pin the port's queues to this PMD thread (index) |
 //! | `zero_copy` | `af_xdp` | `off`, `try` (default) or `require` |
 //! | `qdisc_bypass` | `af_packet` | bypass the qdisc layer on transmit; default `false` |
+//! | `attachment` | all | who made the port (`vhu-cni`: its attachment), opaque to the switch; the CNI removes only ports carrying its own |
 //!
 //! Fields that do not apply to a kind are refused, not ignored.
 
@@ -57,6 +58,10 @@ pub const MIN_MTU: u32 = 68;
 pub const MAX_MTU: u32 = 9216;
 /// Valid VLAN ids (0 and 4095 are reserved by 802.1Q).
 pub const VLAN_IDS: std::ops::RangeInclusive<u32> = 1..=4094;
+/// The access VLAN id of the untagged VLAN: an access port of VLAN 0
+/// carries untagged frames only (tagged ones are dropped), in the VLAN of
+/// ports without a VLAN mode.
+pub const UNTAGGED_ACCESS: u32 = 0;
 /// Most source MACs a port may be locked to.
 pub const MAX_MACS: usize = 64;
 /// Largest `mac_limit`: more than any FDB a node holds (the switch's
@@ -259,6 +264,10 @@ pub struct PortSpec {
     pub zero_copy: Option<ZeroCopy>,
     /// AF_PACKET qdisc bypass.
     pub qdisc_bypass: Option<bool>,
+    /// Who made the port, for the one who removes it: `vhu-cni` writes its
+    /// attachment (`cni/<namespace>/<network>/<container id>/<ifname>`) and
+    /// removes only ports that carry it. Opaque to the switch.
+    pub attachment: Option<String>,
 }
 
 /// One thing wrong with a spec.
@@ -483,8 +492,11 @@ impl PortSpec {
         }
         match &self.vlan {
             None => {}
-            Some(Vlan::Access(v)) if !VLAN_IDS.contains(v) => {
-                err("vlan", format!("VLAN id {v} is out of range 1-4094"));
+            Some(Vlan::Access(v)) if *v != UNTAGGED_ACCESS && !VLAN_IDS.contains(v) => {
+                err(
+                    "vlan",
+                    format!("VLAN id {v} is out of range 1-4094 (or 0, the untagged VLAN)"),
+                );
             }
             Some(Vlan::Access(_)) => {}
             Some(Vlan::Trunk { allowed, native }) => {
@@ -534,6 +546,19 @@ impl PortSpec {
                 );
             }
         }
+        if let Some(a) = &self.attachment {
+            if a.is_empty()
+                || a.len() > MAX_ATTACHMENT_LEN
+                || !a.bytes().all(|c| c.is_ascii_graphic())
+            {
+                err(
+                    "attachment",
+                    format!(
+                        "must be 1-{MAX_ATTACHMENT_LEN} printable ASCII characters without spaces"
+                    ),
+                );
+            }
+        }
         if errs.is_empty() {
             Ok(())
         } else {
@@ -541,6 +566,9 @@ impl PortSpec {
         }
     }
 }
+
+/// Longest `attachment` label.
+pub const MAX_ATTACHMENT_LEN: usize = 1280;
 
 /// Mode of a socket the switch creates when the spec gives none.
 pub const DEFAULT_SOCKET_MODE: u32 = 0o600;
@@ -785,7 +813,7 @@ mod tests {
                 "out of range 1-4094",
             ),
             (
-                r#"{"name":"a","kind":"vhost-user","vlan":0}"#,
+                r#"{"name":"a","kind":"vhost-user","vlan":{"trunk":[0]}}"#,
                 "out of range 1-4094",
             ),
             (
@@ -948,8 +976,23 @@ mod tests {
 
     #[test]
     fn all_errors_at_once() {
-        let e = errors(r#"{"name":"","kind":"vhost-user","vlan":0,"mtu":1,"queues":0}"#);
+        let e = errors(r#"{"name":"","kind":"vhost-user","vlan":4095,"mtu":1,"queues":0}"#);
         assert_eq!(e.len(), 4, "{e:?}");
+    }
+
+    #[test]
+    fn vlan_0_is_the_untagged_access_vlan() {
+        let mut p = PortSpec::new("a", PortKind::VhostUser);
+        p.vlan = Some(Vlan::Access(UNTAGGED_ACCESS));
+        assert_eq!(p.validate(), Ok(()));
+        p.attachment = Some("cni/ns/net/c1/eth1".into());
+        assert_eq!(p.validate(), Ok(()));
+        for bad in ["", "a b", "\u{7f}"] {
+            p.attachment = Some(bad.into());
+            assert!(p.validate().is_err(), "{bad:?}");
+        }
+        p.attachment = Some("x".repeat(MAX_ATTACHMENT_LEN + 1));
+        assert!(p.validate().is_err());
     }
 
     #[test]

@@ -1,16 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
-//! One attachment (network, container, interface): the switch port's
-//! name, the TAP's name, the socket's host and in-pod paths, the MAC, and
-//! the record kept for DEL and GC.
+//! One attachment (namespace, network, container, interface): the switch
+//! port's name and the label that says the port is this attachment's, the
+//! TAP's name, the socket's host and in-pod paths, the MAC, and the record
+//! kept for DEL and GC.
+//!
+//! Records live in the node's state directory (`0700`, files `0600`),
+//! where no tenant writes, and hold names, never paths: DEL and GC derive
+//! every path again from the node configuration.
 
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use vhu_api::MacAddr;
 
+use crate::beneath;
 use crate::config::{NetConf, POD_SOCKET_DIR};
 use crate::env::CniEnv;
 use crate::error::CniError;
+
+/// The first part of every label this plugin puts on a port.
+pub const LABEL_PREFIX: &str = "cni/";
+/// Largest record read back.
+const MAX_RECORD: usize = 64 * 1024;
 
 /// Prefix of every port this plugin creates.
 pub const PORT_PREFIX: &str = "cni-";
@@ -32,14 +46,38 @@ pub fn network_prefix(network: &str) -> String {
     format!("{PORT_PREFIX}{:08x}-", fnv(0, &[network]) as u32)
 }
 
-/// An attachment's switch port name: `cni-<network hash>-<attachment hash>`
-/// (29 characters, within the API's port-name rules).
+/// An attachment's switch port name: `cni-<network hash>-<attachment
+/// hash>` (29 characters, within the API's port-name rules). The
+/// attachment hash is SHA-256 of (network, container, interface): a tenant
+/// cannot choose a network name whose port name is another attachment's
+/// (container ids are the runtime's, unique on the node).
 pub fn port_name(network: &str, container_id: &str, ifname: &str) -> String {
-    format!(
-        "{}{:016x}",
-        network_prefix(network),
-        fnv(1, &[network, container_id, ifname])
-    )
+    let mut h = Sha256::new();
+    for p in [network, container_id, ifname] {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    let d = h.finalize();
+    let mut hex = String::with_capacity(16);
+    for b in &d[..8] {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    format!("{}{hex}", network_prefix(network))
+}
+
+/// The label on an attachment's port: `cni/<namespace>/<network>/<container
+/// id>/<ifname>` (`-` for no namespace). DEL and GC remove a port only
+/// when it carries the label they expect.
+pub fn label(namespace: &str, network: &str, container_id: &str, ifname: &str) -> String {
+    let ns = if namespace.is_empty() { "-" } else { namespace };
+    format!("{LABEL_PREFIX}{ns}/{network}/{container_id}/{ifname}")
+}
+
+/// A label's parts: (namespace, network, container id, ifname).
+pub fn parse_label(l: &str) -> Option<(&str, &str, &str, &str)> {
+    let mut p = l.strip_prefix(LABEL_PREFIX)?.split('/');
+    let parts = (p.next()?, p.next()?, p.next()?, p.next()?);
+    p.next().is_none().then_some(parts)
 }
 
 /// The TAP's name on the host, before it moves into the pod: `vhu` + 12 hex.
@@ -59,7 +97,7 @@ pub fn pod_socket_path(ifname: &str) -> String {
 }
 
 /// Host directories of an attachment's socket.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostDirs {
     /// The per-pod directory.
     pub pod_dir: PathBuf,
@@ -70,6 +108,37 @@ pub struct HostDirs {
     pub if_dir: PathBuf,
     /// `<if_dir>/sock`.
     pub socket: PathBuf,
+}
+
+impl HostDirs {
+    /// Opens the pod's directory (its own path is the administrator's or
+    /// the kubelet's, so links in it are followed; a directory this plugin
+    /// owns is created in its parent, never through a link).
+    ///
+    /// # Errors
+    /// The failing call's error.
+    pub fn open_pod_dir(&self, create: bool) -> std::io::Result<OwnedFd> {
+        if !self.owns_pod_dir {
+            return beneath::open_trusted_dir(&self.pod_dir);
+        }
+        let (Some(parent), Some(name)) = (self.pod_dir.parent(), self.pod_dir.file_name()) else {
+            return Err(std::io::Error::other("the pod directory has no parent"));
+        };
+        if create {
+            std::fs::create_dir_all(parent)?;
+        }
+        let p = beneath::open_trusted_dir(parent)?;
+        if create {
+            beneath::ensure_dir(&p, name, 0o755)
+        } else {
+            beneath::open_dir_at(&p, name)
+        }
+    }
+
+    /// The interface directory's name in the pod directory.
+    pub fn if_name(&self) -> &OsStr {
+        self.if_dir.file_name().unwrap_or_default()
+    }
 }
 
 /// The host socket directories: `hostSocketDir` with `{podUID}` replaced by
@@ -122,12 +191,17 @@ fn device_pod_dir(conf: &NetConf, id: &str) -> Result<PathBuf, CniError> {
     )))
 }
 
-/// What ADD made, kept under `stateDir` so that DEL and GC find it.
+/// What ADD made, kept in the node's state directory so that DEL and GC
+/// find it. Names only: every path is derived again from the node's
+/// configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
     /// The network.
     pub network: String,
+    /// `K8S_POD_NAMESPACE` (empty without one).
+    #[serde(default)]
+    pub namespace: String,
     /// `CNI_CONTAINERID`.
     #[serde(rename = "containerID")]
     pub container_id: String,
@@ -139,50 +213,83 @@ pub struct Record {
     pub args: String,
     /// The switch port.
     pub port: String,
-    /// vhost-user: the socket's host directories.
-    pub host: Option<HostDirs>,
+    /// The device plugin's device, if any.
+    #[serde(default)]
+    pub device_id: Option<String>,
     /// The device-info file written.
     pub device_info_file: Option<String>,
 }
 
 impl Record {
     /// The record of `env`'s attachment to port `port`.
-    pub fn new(conf: &NetConf, env: &CniEnv, port: &str, host: Option<HostDirs>) -> Self {
+    pub fn new(conf: &NetConf, env: &CniEnv, port: &str) -> Self {
         Self {
             network: conf.name.clone(),
+            namespace: env.namespace().unwrap_or_default().to_owned(),
             container_id: env.container_id.clone(),
             ifname: env.ifname.clone(),
             netns: env.netns.clone(),
             args: env.args_raw.clone(),
             port: port.to_owned(),
-            host,
+            device_id: conf.device_id.clone(),
             device_info_file: conf.runtime.device_info_file.clone(),
         }
     }
 }
 
-/// The record file of a port.
+/// The record file of a port: `<stateDir>/<network>/<port>.json`.
 pub fn record_path(conf: &NetConf, port: &str) -> PathBuf {
     conf.state_dir.join(&conf.name).join(format!("{port}.json"))
 }
 
-/// Reads a record; `None` when there is none (or it is unreadable).
-pub fn read_record(path: &Path) -> Option<Record> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+/// Opens (creating, `0700`) a directory of the node's state directory:
+/// `<stateDir>/<sub>`, never through a link below the state directory.
+///
+/// # Errors
+/// The failing call's error.
+pub fn state_subdir(state_dir: &Path, sub: &str, create: bool) -> std::io::Result<OwnedFd> {
+    if create {
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(state_dir)?;
+    }
+    let root = beneath::open_trusted_dir(state_dir)?;
+    if create {
+        beneath::ensure_dir(&root, OsStr::new(sub), 0o700)
+    } else {
+        beneath::open_dir_at(&root, OsStr::new(sub))
+    }
 }
 
-/// Writes a record.
+/// Reads a record; `None` when there is none (or it is unreadable).
+pub fn read_record(conf: &NetConf, port: &str) -> Option<Record> {
+    let d = state_subdir(&conf.state_dir, &conf.name, false).ok()?;
+    read_record_at(&d, &format!("{port}.json"))
+}
+
+/// Reads record `file` of an opened network directory.
+pub fn read_record_at(dir: &OwnedFd, file: &str) -> Option<Record> {
+    let b = beneath::read_file(dir, OsStr::new(file), MAX_RECORD).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
+/// Writes a record (`0600`).
 ///
 /// # Errors
 /// Code 5.
-pub fn write_record(path: &Path, r: &Record) -> Result<(), CniError> {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).map_err(|e| CniError::io(d.display(), &e))?;
-    }
-    let tmp = path.with_extension("tmp");
+pub fn write_record(conf: &NetConf, r: &Record) -> Result<(), CniError> {
+    let path = record_path(conf, &r.port);
+    let d = state_subdir(&conf.state_dir, &conf.name, true)
+        .map_err(|e| CniError::io(conf.state_dir.display(), &e))?;
     let body = serde_json::to_vec_pretty(r).unwrap_or_default();
-    std::fs::write(&tmp, body).map_err(|e| CniError::io(tmp.display(), &e))?;
-    std::fs::rename(&tmp, path).map_err(|e| CniError::io(path.display(), &e))
+    beneath::write_file(&d, OsStr::new(&format!("{}.json", r.port)), &body, 0o600)
+        .map_err(|e| CniError::io(path.display(), &e))
+}
+
+/// Removes a record; gone already is fine.
+pub fn remove_record(conf: &NetConf, port: &str) {
+    if let Ok(d) = state_subdir(&conf.state_dir, &conf.name, false) {
+        let _ = beneath::remove_file(&d, OsStr::new(&format!("{port}.json")));
+    }
 }
 
 #[cfg(test)]
@@ -205,6 +312,16 @@ mod tests {
         assert!(derived_mac(&p).is_unicast());
         assert_eq!(derived_mac(&p).0[0], 0x02);
         assert_eq!(pod_socket_path("net1"), "/var/run/vhu/net1/sock");
+        let l = label("ns1", "net1", "abc", "eth1");
+        assert_eq!(l, "cni/ns1/net1/abc/eth1");
+        assert_eq!(parse_label(&l), Some(("ns1", "net1", "abc", "eth1")));
+        assert_eq!(
+            parse_label(&label("", "n", "c", "i")),
+            Some(("-", "n", "c", "i"))
+        );
+        assert_eq!(parse_label("cni/a/b/c"), None);
+        assert_eq!(parse_label("cni/a/b/c/d/e"), None);
+        assert_eq!(parse_label("other/a/b/c/d"), None);
     }
 
     #[test]
@@ -213,12 +330,16 @@ mod tests {
         std::fs::create_dir_all(dp.join("vhu2")).unwrap();
         let _ = std::fs::remove_file(dp.join("vhu3"));
         std::os::unix::fs::symlink("vhu2", dp.join("vhu3")).unwrap();
+        let node = crate::node::NodeConfig::parse(
+            format!("device_dir = \"{}\"", dp.display()).as_bytes(),
+            None,
+        )
+        .unwrap();
         let conf = |id: &str| {
             let c = format!(
-                r#"{{"cniVersion":"1.0.0","name":"n","type":"vhu-cni","kind":"vhost-user","deviceID":"{id}","deviceDir":"{}"}}"#,
-                dp.display()
+                r#"{{"cniVersion":"1.0.0","name":"n","type":"vhu-cni","kind":"vhost-user","deviceID":"{id}"}}"#
             );
-            NetConf::parse(c.as_bytes()).unwrap()
+            NetConf::parse_with(c.as_bytes(), &node).unwrap()
         };
         let env = CniEnv {
             container_id: "c1".into(),

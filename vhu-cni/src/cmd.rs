@@ -2,14 +2,18 @@
 //! The commands: ADD, DEL, CHECK, STATUS, GC, VERSION.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::Path;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use vhu_api::client::{self, ClientError};
 use vhu_api::{PortKind, PortSpec, PortView};
 
+use crate::admission;
 use crate::attach::{self, HostDirs, Record};
+use crate::beneath;
 use crate::config::{self, Kind, NetConf, SPEC_VERSION, SUPPORTED_VERSIONS};
 use crate::env::{CniEnv, Command};
 use crate::error::{
@@ -17,7 +21,13 @@ use crate::error::{
 };
 use crate::ipam::Ipam;
 use crate::link::{self, LinkSetup};
+use crate::node::NodeConfig;
 use crate::result::{self, Attached};
+
+/// Set by this plugin in the environment of the IPAM plugin it runs: when
+/// it reaches this plugin again (a network naming it, directly or through
+/// another delegating plugin), that run refuses, so nesting ends there.
+pub const DEPTH_VAR: &str = "VHU_CNI_DEPTH";
 
 /// Runs one invocation: `get` reads the environment, `stdin` is the
 /// configuration. The JSON to print on success (`None`: print nothing).
@@ -32,7 +42,18 @@ pub fn run(get: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Result<Option<
             "supportedVersions": SUPPORTED_VERSIONS,
         })));
     }
-    let conf = NetConf::parse(stdin)?;
+    if get(DEPTH_VAR).is_some_and(|d| !d.is_empty()) {
+        return Err(CniError::config(format!(
+            "vhu-cni runs here as the IPAM plugin of a vhu-cni network ({DEPTH_VAR} is set): a \
+             network cannot make vhu-cni its own IPAM plugin"
+        )));
+    }
+    let node = NodeConfig::load(get)?;
+    let conf = if cmd == Command::Del {
+        NetConf::parse_for_del(stdin, &node)?
+    } else {
+        NetConf::parse_with(stdin, &node)?
+    };
     if matches!(cmd, Command::Status | Command::Gc) && !conf.is_1_1() {
         return Err(CniError::new(
             INCOMPATIBLE_VERSION,
@@ -45,7 +66,7 @@ pub fn run(get: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Result<Option<
     }
     let env = CniEnv::read(cmd, get)?;
     match cmd {
-        Command::Add => add(&conf, &env).map(Some),
+        Command::Add => add(&node, &conf, &env).map(Some),
         Command::Del => del(&conf, &env).map(|()| None),
         Command::Check => check(&conf, &env).map(|()| None),
         Command::Status => status(&conf, &env).map(|()| None),
@@ -152,7 +173,10 @@ fn dir_mode(socket_mode: u32) -> u32 {
     m
 }
 
-/// Creates the socket's directory with the configured owner and mode.
+/// Creates the socket's directory `<pod dir>/<ifname>` with the configured
+/// owner and mode: made with `mkdirat` in the opened pod directory (which
+/// fails on anything already there, a link included), owner and mode set
+/// on its fd.
 fn make_dirs(conf: &NetConf, d: &HostDirs) -> Result<(), CniError> {
     let uid = conf
         .socket_owner
@@ -169,29 +193,67 @@ fn make_dirs(conf: &NetConf, d: &HostDirs) -> Result<(), CniError> {
         .as_deref()
         .and_then(vhu_api::port::parse_mode)
         .map_or(0o700, dir_mode);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(&d.pod_dir)
-        .map_err(|e| CniError::io(format!("cannot create {}", d.pod_dir.display()), &e))?;
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&d.if_dir)
-        .map_err(|e| CniError::io(format!("cannot create {}", d.if_dir.display()), &e))?;
-    std::os::unix::fs::chown(&d.if_dir, uid, gid)
-        .map_err(|e| CniError::io(format!("cannot chown {}", d.if_dir.display()), &e))?;
-    std::fs::set_permissions(&d.if_dir, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| CniError::io(format!("cannot chmod {}", d.if_dir.display()), &e))
+    if !d.owns_pod_dir && conf.device_id.is_none() {
+        // The kubelet's emptyDir (or the administrator's directory).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&d.pod_dir)
+            .map_err(|e| CniError::io(format!("cannot create {}", d.pod_dir.display()), &e))?;
+    }
+    let pod = d
+        .open_pod_dir(true)
+        .map_err(|e| CniError::io(format!("cannot open {}", d.pod_dir.display()), &e))?;
+    beneath::make_dir(&pod, d.if_name(), uid, gid, mode)
+        .map(drop)
+        .map_err(|e| CniError::io(format!("cannot create {}", d.if_dir.display()), &e))
 }
 
-/// Removes the socket, its directory, and the per-pod directory when the
-/// plugin made it and it is empty. Missing ones are fine.
+/// Removes the socket's directory with what is in it, and the per-pod
+/// directory when the plugin made it and it is empty; never through a
+/// link. Missing ones are fine.
 fn remove_dirs(d: &HostDirs) {
-    let _ = std::fs::remove_file(&d.socket);
-    let _ = std::fs::remove_dir(&d.if_dir);
-    if d.owns_pod_dir {
-        let _ = std::fs::remove_dir(&d.pod_dir);
+    if let Ok(pod) = d.open_pod_dir(false) {
+        let _ = beneath::remove_tree(&pod, d.if_name());
     }
+    if d.owns_pod_dir {
+        if let (Some(parent), Some(name)) = (d.pod_dir.parent(), d.pod_dir.file_name()) {
+            if let Ok(p) = beneath::open_trusted_dir(parent) {
+                let _ = beneath::remove_empty_dir(&p, name);
+            }
+        }
+    }
+}
+
+/// Opens the directory of device-info file `file` (inside the node's
+/// device-info directory, checked by the configuration's parse), creating
+/// the missing ones; never through a link below the device-info directory.
+fn device_info_dir(
+    conf: &NetConf,
+    file: &str,
+    create: bool,
+) -> std::io::Result<(OwnedFd, std::ffi::OsString)> {
+    let rel = config::device_info_name(file, &conf.device_info_dir)
+        .ok_or_else(|| std::io::Error::other("outside the device-info directory"))?;
+    let name = rel.file_name().unwrap_or_default().to_owned();
+    if create {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&conf.device_info_dir)?;
+    }
+    let mut dir = beneath::open_trusted_dir(&conf.device_info_dir)?;
+    if let Some(parent) = rel.parent() {
+        for c in parent.components() {
+            let c = c.as_os_str();
+            dir = if create {
+                beneath::ensure_dir(&dir, c, 0o755)?
+            } else {
+                beneath::open_dir_at(&dir, c)?
+            };
+        }
+    }
+    Ok((dir, name))
 }
 
 fn write_device_info(path: &str, conf: &NetConf, pod_socket: &str) -> Result<(), CniError> {
@@ -200,16 +262,138 @@ fn write_device_info(path: &str, conf: &NetConf, pod_socket: &str) -> Result<(),
         "version": "1.1.0",
         "vhost-user": {"mode": conf.vm_role.device_info_mode(), "path": pod_socket},
     });
-    let p = Path::new(path);
-    if let Some(d) = p.parent() {
-        std::fs::create_dir_all(d).map_err(|e| CniError::io(d.display(), &e))?;
-    }
+    let fail =
+        |e: std::io::Error| CniError::io(format!("cannot write the device-info file {path}"), &e);
+    let (dir, name) = device_info_dir(conf, path, true).map_err(fail)?;
     // The runtime may have put the device plugin's file here: ours replaces it.
-    let _ = std::fs::remove_file(p);
-    std::fs::write(p, serde_json::to_vec(&info).unwrap_or_default())
-        .map_err(|e| CniError::io(format!("cannot write the device-info file {path}"), &e))?;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o444))
-        .map_err(|e| CniError::io(format!("cannot chmod {path}"), &e))
+    beneath::write_file(
+        &dir,
+        &name,
+        &serde_json::to_vec(&info).unwrap_or_default(),
+        0o444,
+    )
+    .map_err(fail)
+}
+
+fn remove_device_info(conf: &NetConf, path: &str) {
+    if let Ok((dir, name)) = device_info_dir(conf, path, false) {
+        let _ = beneath::remove_file(&dir, &name);
+    }
+}
+
+// ===== Ports this plugin owns =====
+
+/// Which attachment a port must be to be removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Owner {
+    port: String,
+    network: String,
+    /// Empty: not known (a DEL without `K8S_POD_NAMESPACE`), not compared.
+    namespace: String,
+    #[serde(rename = "containerID")]
+    container_id: String,
+    ifname: String,
+}
+
+impl Owner {
+    fn of(conf: &NetConf, env: &CniEnv, port: &str) -> Self {
+        Self {
+            port: port.to_owned(),
+            network: conf.name.clone(),
+            namespace: env.namespace().unwrap_or_default().to_owned(),
+            container_id: env.container_id.clone(),
+            ifname: env.ifname.clone(),
+        }
+    }
+
+    fn label(&self) -> String {
+        attach::label(
+            &self.namespace,
+            &self.network,
+            &self.container_id,
+            &self.ifname,
+        )
+    }
+
+    /// Whether `view` is this attachment's port: its label names the same
+    /// network, container and interface (and namespace, when known). A
+    /// port without a label is an older plugin's, found by its name.
+    fn owns(&self, view: &PortView) -> bool {
+        let Some(l) = &view.spec.attachment else {
+            return view.spec.name == self.port;
+        };
+        let Some((ns, net, cid, ifname)) = attach::parse_label(l) else {
+            return false;
+        };
+        let ns = if ns == "-" { "" } else { ns };
+        net == self.network
+            && cid == self.container_id
+            && ifname == self.ifname
+            && (self.namespace.is_empty() || ns == self.namespace)
+    }
+}
+
+/// Removes the attachment's port if the switch has it and it is this
+/// attachment's; another's of that name is left alone.
+fn delete_own_port(conf: &NetConf, owner: &Owner) -> Result<(), ClientError> {
+    let path = format!("/ports/{}", client::encode_segment(&owner.port));
+    let view: PortView = match call(conf, "GET", &path, None) {
+        Ok((_, b)) => {
+            serde_json::from_slice(&b).map_err(|e| ClientError::Protocol(e.to_string()))?
+        }
+        Err(ClientError::Refused { status: 404, .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !owner.owns(&view) {
+        return Ok(());
+    }
+    match call(conf, "DELETE", &path, None) {
+        Ok(_) | Err(ClientError::Refused { status: 404, .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Where DELs that could not reach the switch leave their port for later.
+const PENDING: &str = "pending";
+
+/// Notes a port to remove once the switch answers again.
+fn defer_delete(conf: &NetConf, owner: &Owner) -> Result<(), CniError> {
+    let d = attach::state_subdir(&conf.state_dir, PENDING, true)
+        .map_err(|e| CniError::io(conf.state_dir.join(PENDING).display(), &e))?;
+    let body = serde_json::to_vec(owner).unwrap_or_default();
+    beneath::write_file(&d, OsStr::new(&owner.port), &body, 0o600)
+        .map_err(|e| CniError::io(conf.state_dir.join(PENDING).display(), &e))
+}
+
+/// Removes the ports DELs left for later (the switch was down then), now
+/// that the switch answers. Keeps an entry whose removal fails.
+fn reconcile(conf: &NetConf) {
+    let Ok(d) = attach::state_subdir(&conf.state_dir, PENDING, false) else {
+        return;
+    };
+    let Ok(mut entries) = rustix::fs::Dir::read_from(&d) else {
+        return;
+    };
+    let mut names = Vec::new();
+    while let Some(Ok(e)) = entries.read() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with(attach::PORT_PREFIX) && names.len() < 10_000 {
+            names.push(n);
+        }
+    }
+    for n in names {
+        let owner: Option<Owner> = beneath::read_file(&d, OsStr::new(&n), 64 * 1024)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let done = match owner {
+            Some(o) if o.port == n => delete_own_port(conf, &o).is_ok(),
+            _ => true,
+        };
+        if done {
+            let _ = beneath::remove_file(&d, OsStr::new(&n));
+        }
+    }
 }
 
 // ===== ADD =====
@@ -231,16 +415,16 @@ impl<'a> Undo<'a> {
     }
 }
 
-fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
+fn add(node: &NodeConfig, conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
     let port = attach::port_name(&conf.name, &env.container_id, &env.ifname);
-    let record = attach::record_path(conf, &port);
+    let owner = Owner::of(conf, env, &port);
+    let admitted = admission::admit(conf, node, env.namespace())?;
     let mac = match (&conf.runtime.mac, env.args.get("MAC"), conf.mac) {
         (Some(m), _, _) => config::parse_mac("runtimeConfig.mac", m)?,
         (None, Some(m), _) => config::parse_mac("CNI_ARGS MAC", m)?,
         (None, None, Some(m)) => m,
         (None, None, None) => attach::derived_mac(&port),
     };
-    let pinned = conf.mac.is_some() || conf.runtime.mac.is_some() || env.args.contains_key("MAC");
     let dirs = match conf.kind {
         Kind::VhostUser => Some(attach::host_dirs(conf, env)?),
         Kind::Tap => None,
@@ -248,7 +432,12 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
 
     // Everything that can be checked without changing anything.
     if let Some(d) = &dirs {
-        if d.if_dir.exists() {
+        let there = d
+            .open_pod_dir(false)
+            .ok()
+            .and_then(|p| beneath::exists(&p, d.if_name()).ok())
+            .unwrap_or(false);
+        if there {
             return Err(CniError::new(
                 COLLISION,
                 format!(
@@ -275,6 +464,7 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
         }
     }
     let ipam = Ipam::find(conf, env)?;
+    reconcile(conf);
     if get_port(conf, &port)?.is_some() {
         return Err(CniError::new(
             COLLISION,
@@ -285,7 +475,11 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
         ));
     }
     let mut spec = PortSpec::new(port.clone(), PortKind::VhostUser);
-    spec.vlan = conf.vlan.clone();
+    spec.vlan = Some(admitted.vlan.clone());
+    spec.flood_rate = admitted.flood_rate;
+    spec.flood_burst = admitted.flood_burst;
+    spec.mac_limit = admitted.mac_limit;
+    spec.attachment = Some(owner.label());
     spec.mtu = conf.mtu;
     spec.queues = conf.queues;
     match (conf.kind, &dirs) {
@@ -297,7 +491,7 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
                 spec.group = conf.socket_group.clone();
                 spec.mode = conf.socket_mode.clone();
             }
-            if pinned {
+            if admitted.mac_lock {
                 spec.mac = Some(vec![mac]);
             }
         }
@@ -337,7 +531,7 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
         call(conf, "POST", "/ports", Some(&body))
             .map_err(|e| switch_error(conf, e, "create the port"))?;
         undo.push(|| {
-            let _ = delete_port(conf, &port);
+            let _ = delete_own_port(conf, &owner);
         });
         if conf.kind == Kind::Tap {
             let addrs = ipam_result
@@ -359,12 +553,10 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
         }
         let pod_socket = attach::pod_socket_path(&env.ifname);
         if let (Some(f), Kind::VhostUser) = (&conf.runtime.device_info_file, conf.kind) {
-            undo.push(move || {
-                let _ = std::fs::remove_file(f);
-            });
+            undo.push(move || remove_device_info(conf, f));
             write_device_info(f, conf, &pod_socket)?;
         }
-        attach::write_record(&record, &Record::new(conf, env, &port, dirs.clone()))?;
+        attach::write_record(conf, &Record::new(conf, env, &port))?;
         Ok(result::build(
             &conf.cni_version,
             &Attached {
@@ -388,15 +580,42 @@ fn add(conf: &NetConf, env: &CniEnv) -> Result<Value, CniError> {
 
 // ===== DEL =====
 
-/// Removes one attachment: its port, socket, device-info file, IPAM
-/// allocation and record. What is gone already is skipped.
-fn remove(conf: &NetConf, rec: &Record, ipam: Option<&Ipam>) -> Result<(), CniError> {
-    delete_port(conf, &rec.port)?;
-    if let Some(d) = &rec.host {
-        remove_dirs(d);
+/// Removes one attachment: its socket directory, device-info file, port,
+/// IPAM allocation and record, each derived from the node configuration
+/// and the attachment's names (never from a path read back from disk).
+/// What is gone already is skipped. With the switch unreachable the local
+/// part is done and the port is left for [`reconcile`]: a DEL never keeps
+/// a pod from going away.
+fn remove(
+    conf: &NetConf,
+    rec: &Record,
+    owner: &Owner,
+    ipam: Option<&Ipam>,
+) -> Result<(), CniError> {
+    if conf.kind == Kind::VhostUser {
+        let env = CniEnv {
+            container_id: rec.container_id.clone(),
+            ifname: rec.ifname.clone(),
+            netns: rec.netns.clone(),
+            args: crate::env::parse_args(&rec.args).unwrap_or_default(),
+            args_raw: rec.args.clone(),
+            path: Vec::new(),
+        };
+        let mut c = conf.clone();
+        c.device_id = conf.device_id.clone().or_else(|| rec.device_id.clone());
+        if let Ok(d) = attach::host_dirs(&c, &env) {
+            remove_dirs(&d);
+        }
     }
     if let Some(f) = &rec.device_info_file {
-        let _ = std::fs::remove_file(f);
+        if config::device_info_name(f, &conf.device_info_dir).is_some() {
+            remove_device_info(conf, f);
+        }
+    }
+    match delete_own_port(conf, owner) {
+        Ok(()) => {}
+        Err(ClientError::Io(_)) => defer_delete(conf, owner)?,
+        Err(e) => return Err(switch_error(conf, e, "remove the port")),
     }
     if let Some(i) = ipam {
         i.call(
@@ -410,28 +629,34 @@ fn remove(conf: &NetConf, rec: &Record, ipam: Option<&Ipam>) -> Result<(), CniEr
             ],
         )?;
     }
-    let _ = std::fs::remove_file(attach::record_path(conf, &rec.port));
+    attach::remove_record(conf, &rec.port);
     Ok(())
 }
 
 fn del(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
     let port = attach::port_name(&conf.name, &env.container_id, &env.ifname);
-    let stored = attach::read_record(&attach::record_path(conf, &port));
-    let rec = stored.unwrap_or_else(|| {
-        let host = match conf.kind {
-            Kind::VhostUser => attach::host_dirs(conf, env).ok(),
-            Kind::Tap => None,
-        };
-        Record::new(conf, env, &port, host)
-    });
-    let mut rec = rec;
+    let stored = attach::read_record(conf, &port)
+        .filter(|r| r.container_id == env.container_id && r.ifname == env.ifname);
+    let mut rec = stored
+        .clone()
+        .unwrap_or_else(|| Record::new(conf, env, &port));
     // This DEL's own view wins where it has one.
     rec.netns = env.netns.clone();
+    if env.pod_uid().is_some() || stored.is_none() {
+        rec.args = env.args_raw.clone();
+    }
     if conf.runtime.device_info_file.is_some() {
         rec.device_info_file = conf.runtime.device_info_file.clone();
     }
+    let mut owner = Owner::of(conf, env, &port);
+    if owner.namespace.is_empty() {
+        owner.namespace = stored.map(|r| r.namespace).unwrap_or_default();
+    }
     let ipam = Ipam::find(conf, env)?;
-    remove(conf, &rec, ipam.as_ref())
+    if call(conf, "GET", "/live", None).is_ok() {
+        reconcile(conf);
+    }
+    remove(conf, &rec, &owner, ipam.as_ref())
 }
 
 // ===== CHECK =====
@@ -455,6 +680,12 @@ fn check(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
         Kind::VhostUser => PortKind::VhostUser,
         Kind::Tap => PortKind::Tap,
     };
+    if !Owner::of(conf, env, &port).owns(&view) {
+        return Err(failed(format!(
+            "port {port} belongs to another attachment ({:?})",
+            view.spec.attachment
+        )));
+    }
     if view.spec.kind != want_kind {
         return Err(failed(format!(
             "port {port} is a {} port, the network's kind is {want_kind}",
@@ -511,7 +742,7 @@ fn check(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
 
 fn status(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
     match call(conf, "GET", "/ready", None) {
-        Ok(_) => {}
+        Ok(_) => reconcile(conf),
         Err(e) => {
             let why = match e {
                 ClientError::Refused { message, .. } => format!("is not ready ({message})"),
@@ -540,12 +771,17 @@ fn gc(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
             "GC needs cni.dev/valid-attachments, the attachments to keep",
         ));
     };
-    let keep: BTreeSet<String> = valid
+    let keep: BTreeSet<(&str, &str)> = valid
+        .iter()
+        .map(|a| (a.container_id.as_str(), a.ifname.as_str()))
+        .collect();
+    let keep_names: BTreeSet<String> = valid
         .iter()
         .map(|a| attach::port_name(&conf.name, &a.container_id, &a.ifname))
         .collect();
     let prefix = attach::network_prefix(&conf.name);
     let ipam = Ipam::find(conf, env)?;
+    reconcile(conf);
     let mut first_err = None;
     let mut note = |r: Result<(), CniError>| {
         if let Err(e) = r {
@@ -553,25 +789,50 @@ fn gc(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
         }
     };
     // Recorded attachments: everything is known, remove all of it.
-    let dir = conf.state_dir.join(&conf.name);
     let mut done = BTreeSet::new();
-    if let Ok(rd) = std::fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            let Some(rec) = attach::read_record(&e.path()) else {
-                continue;
-            };
-            if !keep.contains(&rec.port) {
-                done.insert(rec.port.clone());
-                // With an IPAM plugin of 1.1.0 its own GC frees the addresses.
-                let per = ipam.as_ref().filter(|i| !i.speaks_1_1());
-                note(remove(conf, &rec, per));
+    let mut records = Vec::new();
+    if let Ok(dir) = attach::state_subdir(&conf.state_dir, &conf.name, false) {
+        if let Ok(mut rd) = rustix::fs::Dir::read_from(&dir) {
+            while let Some(Ok(e)) = rd.read() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.ends_with(".json") && records.len() < 100_000 {
+                    if let Some(r) = attach::read_record_at(&dir, &n) {
+                        records.push(r);
+                    }
+                }
             }
         }
     }
-    // Ports of this network with no record.
+    for rec in records {
+        if rec.network == conf.name
+            && !keep.contains(&(rec.container_id.as_str(), rec.ifname.as_str()))
+        {
+            done.insert(rec.port.clone());
+            let owner = Owner {
+                port: rec.port.clone(),
+                network: rec.network.clone(),
+                namespace: rec.namespace.clone(),
+                container_id: rec.container_id.clone(),
+                ifname: rec.ifname.clone(),
+            };
+            // With an IPAM plugin of 1.1.0 its own GC frees the addresses.
+            let per = ipam.as_ref().filter(|i| !i.speaks_1_1());
+            note(remove(conf, &rec, &owner, per));
+        }
+    }
+    // This network's ports with no record: by their label (an older
+    // plugin's, without one, by the name's prefix).
     for p in list_ports(conf)? {
         let n = &p.spec.name;
-        if n.starts_with(&prefix) && !keep.contains(n) && !done.contains(n) {
+        if done.contains(n) {
+            continue;
+        }
+        let stale = match p.spec.attachment.as_deref().map(attach::parse_label) {
+            Some(Some((_, net, cid, ifname))) => net == conf.name && !keep.contains(&(cid, ifname)),
+            Some(None) => false,
+            None => n.starts_with(&prefix) && !keep_names.contains(n),
+        };
+        if stale {
             note(delete_port(conf, n));
         }
     }
@@ -587,6 +848,44 @@ fn gc(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_is_removed_only_by_its_own_attachment() {
+        let owner = Owner {
+            port: "cni-1-2".into(),
+            network: "net1".into(),
+            namespace: "a".into(),
+            container_id: "c1".into(),
+            ifname: "eth1".into(),
+        };
+        let view = |name: &str, label: Option<&str>| {
+            let mut spec = PortSpec::new(name, PortKind::VhostUser);
+            spec.attachment = label.map(str::to_owned);
+            PortView {
+                spec,
+                state: vhu_api::PortState::default(),
+            }
+        };
+        assert!(owner.owns(&view("x", Some("cni/a/net1/c1/eth1"))));
+        // Another namespace, network, container or interface: not ours.
+        for l in [
+            "cni/b/net1/c1/eth1",
+            "cni/a/net2/c1/eth1",
+            "cni/a/net1/c2/eth1",
+            "cni/a/net1/c1/eth2",
+            "admin",
+            "cni/a/net1/c1",
+        ] {
+            assert!(!owner.owns(&view("cni-1-2", Some(l))), "{l}");
+        }
+        // A DEL that does not know its namespace compares the rest.
+        let mut any = owner.clone();
+        any.namespace.clear();
+        assert!(any.owns(&view("x", Some("cni/b/net1/c1/eth1"))));
+        // An older plugin's port, without a label: by its name.
+        assert!(owner.owns(&view("cni-1-2", None)));
+        assert!(!owner.owns(&view("cni-1-3", None)));
+    }
 
     #[test]
     fn directory_modes() {

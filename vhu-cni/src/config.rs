@@ -3,31 +3,24 @@
 //! own, checked before anything is touched.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use vhu_api::{MacAddr, PortKind, PortSpec, Role, Vlan};
 
 use crate::error::{CniError, DECODE, INCOMPATIBLE_VERSION, UNSUPPORTED_FIELD};
+use crate::node::{self, NodeConfig};
 
 /// Versions of the spec whose configurations this plugin takes.
 pub const SUPPORTED_VERSIONS: &[&str] = &["0.4.0", "1.0.0", "1.1.0"];
 /// The version this plugin implements.
 pub const SPEC_VERSION: &str = "1.1.0";
-/// Default control socket of the switch.
-pub const DEFAULT_CONTROL_SOCKET: &str = "/run/vhu/vhu.sock";
-/// Default host directory of the pods' sockets: the pod's `emptyDir` volume
-/// `vhu-sockets`, found through `K8S_POD_UID`.
-pub const DEFAULT_HOST_SOCKET_DIR: &str =
-    "/var/lib/kubelet/pods/{podUID}/volumes/kubernetes.io~empty-dir/vhu-sockets";
+pub use crate::node::{
+    DEFAULT_CONTROL_SOCKET, DEFAULT_DEVICE_DIR, DEFAULT_HOST_SOCKET_DIR, DEFAULT_STATE_DIR,
+};
 /// Where the sockets are inside the pod (the `emptyDir`'s mount point).
 pub const POD_SOCKET_DIR: &str = "/var/run/vhu";
-/// Default directory of the plugin's per-attachment records.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/vhu-cni";
-/// Default directory of the device plugin's per-device socket directories
-/// (`vhu-device-plugin --host-dir`).
-pub const DEFAULT_DEVICE_DIR: &str = "/run/vhu/dp";
 
 /// The spec's top-level fields (and the ones runtimes add).
 const SPEC_FIELDS: &[&str] = &[
@@ -53,6 +46,7 @@ const OWN_FIELDS: &[&str] = &[
     "vlan",
     "mtu",
     "mac",
+    "macLock",
     "queues",
     "hostSocketDir",
     "socketOwner",
@@ -135,7 +129,7 @@ pub struct NetConf {
     pub raw: Map<String, Value>,
     /// `ipam.type`, when there is an `ipam` section.
     pub ipam_type: Option<String>,
-    /// The switch's control socket.
+    /// The switch's control socket (the node's).
     pub control_socket: PathBuf,
     /// The interface kind.
     pub kind: Kind,
@@ -147,9 +141,12 @@ pub struct NetConf {
     pub mtu: Option<u32>,
     /// The configured MAC.
     pub mac: Option<MacAddr>,
+    /// `macLock`: whether the port may send only from its MAC (`None`: the
+    /// default, locked).
+    pub mac_lock: Option<bool>,
     /// Queue pairs (vhost-user) or TAP queues.
     pub queues: Option<u32>,
-    /// The host directory template of the sockets.
+    /// The host directory template of the sockets (the node's).
     pub host_socket_dir: String,
     /// Owner of the socket and its directory.
     pub socket_owner: Option<String>,
@@ -157,13 +154,16 @@ pub struct NetConf {
     pub socket_group: Option<String>,
     /// Mode of the socket (octal); its directory gets the matching `x` bits.
     pub socket_mode: Option<String>,
-    /// Where the per-attachment records go.
+    /// Where the per-attachment records go (the node's).
     pub state_dir: PathBuf,
     /// The device a device plugin allocated for this attachment (Multus's
     /// `deviceID`, or `runtimeConfig.deviceID`).
     pub device_id: Option<String>,
-    /// Where the device plugin makes the devices' socket directories.
+    /// Where the device plugin makes the devices' socket directories (the
+    /// node's).
     pub device_dir: PathBuf,
+    /// The only directory device-info files are written in (the node's).
+    pub device_info_dir: PathBuf,
     /// `runtimeConfig`.
     pub runtime: RuntimeConfig,
     /// `prevResult`.
@@ -185,6 +185,7 @@ struct Own {
     vlan: Option<Vlan>,
     mtu: Option<u32>,
     mac: Option<String>,
+    mac_lock: Option<bool>,
     queues: Option<u32>,
     host_socket_dir: Option<String>,
     socket_owner: Option<String>,
@@ -226,47 +227,70 @@ pub fn check_version(v: &str) -> Result<(), CniError> {
 
 /// A name as the spec allows for networks and plugins.
 fn check_plugin_name(field: &str, v: &str) -> Result<(), CniError> {
-    let ok = v.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && v.len() <= 128
-        && v.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(CniError::config(format!(
-            "{field} {v:?} is not a valid name (1-128 of A-Z a-z 0-9 _ . -, starting with a letter or digit)"
-        )))
-    }
+    node::check_plugin_name(v).map_err(|m| CniError::config(format!("{field} {m}")))
 }
 
 /// Checks an absolute path without `.`/`..` components.
 fn check_abs_path(field: &str, v: &str) -> Result<(), CniError> {
-    if !v.starts_with('/') {
-        return Err(CniError::config(format!(
-            "{field} {v:?} must be an absolute path"
-        )));
+    node::check_abs_path(v).map_err(|m| CniError::config(format!("{field} {m}")))
+}
+
+/// A host path a network names: it may only repeat the node's.
+fn node_path(
+    field: &str,
+    key: &str,
+    asked: Option<&str>,
+    node: &NodeConfig,
+    ours: &str,
+) -> Result<(), CniError> {
+    match asked {
+        None => Ok(()),
+        Some(v) if v == ours => Ok(()),
+        Some(v) => Err(CniError::config(format!(
+            "{field} {v:?} is not this node's ({key} = {ours:?} in {}): host paths are set by the \
+             node's administrator; remove {field} from the network",
+            node.name()
+        ))),
     }
-    if v.contains('\0') || v.split('/').any(|c| c == "." || c == "..") {
-        return Err(CniError::config(format!(
-            "{field} {v:?} must not contain NUL, \".\" or \"..\" components"
-        )));
-    }
-    if v.len() > 3800 || v.split('/').any(|c| c.len() > 255) {
-        return Err(CniError::config(format!(
-            "{field} is too long ({} bytes; at most 3800, 255 per component)",
-            v.len()
-        )));
-    }
-    Ok(())
 }
 
 impl NetConf {
-    /// Parses and checks the configuration on stdin.
+    /// Parses and checks the configuration on stdin under the embedded
+    /// node configuration ([`NodeConfig::default`]).
+    ///
+    /// # Errors
+    /// As [`NetConf::parse_with`].
+    pub fn parse(stdin: &[u8]) -> Result<Self, CniError> {
+        Self::parse_with(stdin, &NodeConfig::default())
+    }
+
+    /// Parses and checks the configuration on stdin, a tenant's input,
+    /// under the node's configuration: host paths are the node's (a network
+    /// may repeat one, not change it), `ipam.type` one the node allows,
+    /// `runtimeConfig.CNIDeviceInfoFile` inside the node's device-info
+    /// directory.
     ///
     /// # Errors
     /// Code 6 (not a JSON object), 1 (`cniVersion`), 2 (a field this plugin
     /// does not know), 7 (a field with a bad value).
-    pub fn parse(stdin: &[u8]) -> Result<Self, CniError> {
+    pub fn parse_with(stdin: &[u8], node: &NodeConfig) -> Result<Self, CniError> {
+        Self::parse_node(stdin, node, false)
+    }
+
+    /// As [`NetConf::parse_with`], for DEL: what the node's configuration
+    /// would refuse is ignored instead (a host path the network names, an
+    /// IPAM plugin the node does not allow, a device-info file outside its
+    /// directory), since DEL uses only the node's paths and must not keep
+    /// a pod from going away when the node's configuration changed since
+    /// its ADD.
+    ///
+    /// # Errors
+    /// As [`NetConf::parse_with`], but for the node's refusals.
+    pub fn parse_for_del(stdin: &[u8], node: &NodeConfig) -> Result<Self, CniError> {
+        Self::parse_node(stdin, node, true)
+    }
+
+    fn parse_node(stdin: &[u8], node: &NodeConfig, lenient: bool) -> Result<Self, CniError> {
         let v: Value = serde_json::from_slice(stdin).map_err(|e| {
             CniError::new(
                 DECODE,
@@ -385,24 +409,80 @@ impl NetConf {
             return Err(CniError::config(format!("{field}: {}", e.message)));
         }
 
-        let control_socket = own
-            .control_socket
-            .unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.to_owned());
-        check_abs_path("controlSocket", &control_socket)?;
-        let host_socket_dir = own
-            .host_socket_dir
-            .unwrap_or_else(|| DEFAULT_HOST_SOCKET_DIR.to_owned());
-        check_abs_path("hostSocketDir", &host_socket_dir)?;
-        let state_dir = own
-            .state_dir
-            .unwrap_or_else(|| DEFAULT_STATE_DIR.to_owned());
-        check_abs_path("stateDir", &state_dir)?;
+        for (field, v) in [
+            ("controlSocket", &own.control_socket),
+            ("hostSocketDir", &own.host_socket_dir),
+            ("stateDir", &own.state_dir),
+            ("deviceDir", &own.device_dir),
+        ] {
+            if let Some(v) = v {
+                check_abs_path(field, v)?;
+            }
+        }
+        let s = |p: &PathBuf| p.display().to_string();
+        for r in [
+            node_path(
+                "controlSocket",
+                "control_socket",
+                own.control_socket.as_deref(),
+                node,
+                &s(&node.control_socket),
+            ),
+            node_path(
+                "hostSocketDir",
+                "host_socket_dir",
+                own.host_socket_dir.as_deref(),
+                node,
+                &node.host_socket_dir,
+            ),
+            node_path(
+                "stateDir",
+                "state_dir",
+                own.state_dir.as_deref(),
+                node,
+                &s(&node.state_dir),
+            ),
+            node_path(
+                "deviceDir",
+                "device_dir",
+                own.device_dir.as_deref(),
+                node,
+                &s(&node.device_dir),
+            ),
+        ] {
+            if !lenient {
+                r?;
+            }
+        }
+        if own.mac_lock.is_some() && !vhost && own.mac_lock != Some(true) {
+            // A tap port's MAC is the pod interface's: it stays locked.
+            return Err(CniError::config(
+                "macLock false applies only to kind \"vhost-user\" (a tap port is locked to the \
+                 MAC the plugin gives the pod's interface)",
+            ));
+        }
 
         let ipam_type = match &own.ipam {
             None => None,
             Some(m) => match m.get("type") {
+                Some(Value::String(t)) if lenient && (t == node::SELF_NAME || !node.ipam.contains(t)) => {
+                    None
+                }
                 Some(Value::String(t)) => {
                     check_plugin_name("ipam.type", t)?;
+                    if t == node::SELF_NAME {
+                        return Err(CniError::config(format!(
+                            "ipam.type {t:?}: {} cannot be its own IPAM plugin",
+                            node::SELF_NAME
+                        )));
+                    }
+                    if !node.ipam.contains(t) {
+                        return Err(CniError::config(format!(
+                            "ipam.type {t:?} is not an IPAM plugin this node allows ({}: ipam = [{}])",
+                            node.name(),
+                            node.ipam.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+                        )));
+                    }
                     Some(t.clone())
                 }
                 Some(other) => {
@@ -417,7 +497,7 @@ impl NetConf {
                 }
             },
         };
-        let runtime: RuntimeConfig = match own.runtime_config {
+        let mut runtime: RuntimeConfig = match own.runtime_config {
             None | Some(Value::Null) => RuntimeConfig::default(),
             Some(v @ Value::Object(_)) => serde_json::from_value(v)
                 .map_err(|e| CniError::config(format!("runtimeConfig: {e}")))?,
@@ -427,36 +507,50 @@ impl NetConf {
                 )))
             }
         };
+        if lenient
+            && runtime
+                .device_info_file
+                .as_deref()
+                .is_some_and(|f| device_info_name(f, &node.device_info_dir).is_none())
+        {
+            runtime.device_info_file = None;
+        }
         if let Some(f) = &runtime.device_info_file {
             check_abs_path("runtimeConfig.CNIDeviceInfoFile", f)?;
+            device_info_name(f, &node.device_info_dir).ok_or_else(|| {
+                CniError::config(format!(
+                    "runtimeConfig.CNIDeviceInfoFile {f:?} is not inside this node's device-info \
+                     directory {} (device_info_dir in {})",
+                    node.device_info_dir.display(),
+                    node.name()
+                ))
+            })?;
         }
         if let Some(m) = &runtime.mac {
             parse_mac("runtimeConfig.mac", m)?;
         }
         let device_id = device_id(own.device_id, runtime.device_id.clone(), vhost)?;
-        let device_dir = own
-            .device_dir
-            .unwrap_or_else(|| DEFAULT_DEVICE_DIR.to_owned());
-        check_abs_path("deviceDir", &device_dir)?;
         Ok(Self {
             cni_version: version,
             name: own.name,
             raw,
             ipam_type,
-            control_socket: control_socket.into(),
+            control_socket: node.control_socket.clone(),
             kind,
             vm_role,
             vlan: own.vlan,
             mtu: own.mtu,
             mac,
+            mac_lock: own.mac_lock,
             queues: own.queues,
-            host_socket_dir,
+            host_socket_dir: node.host_socket_dir.clone(),
             socket_owner: own.socket_owner,
             socket_group: own.socket_group,
             socket_mode: own.socket_mode,
-            state_dir: state_dir.into(),
+            state_dir: node.state_dir.clone(),
             device_id,
-            device_dir: device_dir.into(),
+            device_dir: node.device_dir.clone(),
+            device_info_dir: node.device_info_dir.clone(),
             runtime,
             prev_result: own.prev_result,
             valid_attachments: own.valid_attachments,
@@ -467,6 +561,18 @@ impl NetConf {
     pub fn is_1_1(&self) -> bool {
         self.cni_version == "1.1.0"
     }
+}
+
+/// The path of a device-info file relative to the node's device-info
+/// directory: `None` unless `file` is strictly inside `dir` (lexically;
+/// the writer walks it without following links).
+pub fn device_info_name(file: &str, dir: &Path) -> Option<PathBuf> {
+    let rel = Path::new(file).strip_prefix(dir).ok()?;
+    let plain = rel.components().count() > 0
+        && rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+    plain.then(|| rel.to_path_buf())
 }
 
 /// The device id, from the top level (where Multus puts it) or
@@ -546,12 +652,31 @@ mod tests {
             "mtu":9000,"mac":"02:00:00:00:00:07","queues":4,"hostSocketDir":"/run/s",
             "socketOwner":"107","socketGroup":"kvm","socketMode":"0660","controlSocket":"/x.sock",
             "stateDir":"/tmp/st","ipam":{"type":"host-local","subnet":"10.1.0.0/24"},
-            "capabilities":{"CNIDeviceInfoFile":true},
+            "capabilities":{"CNIDeviceInfoFile":true},"macLock":false,
             "runtimeConfig":{"CNIDeviceInfoFile":"/run/di/x","portMappings":[]},
             "prevResult":{"cniVersion":"1.1.0"}"#,
             "1.1.0",
         );
-        let c = NetConf::parse(full.as_bytes()).unwrap();
+        // The host paths a network repeats are the node's.
+        let node = NodeConfig::parse(
+            br#"control_socket = "/x.sock"
+state_dir = "/tmp/st"
+host_socket_dir = "/run/s"
+device_info_dir = "/run/di""#,
+            None,
+        )
+        .unwrap();
+        let c = NetConf::parse_with(full.as_bytes(), &node).unwrap();
+        assert_eq!(c.mac_lock, Some(false));
+        assert_eq!(c.control_socket, PathBuf::from("/x.sock"));
+        // Under another node's configuration they are refused.
+        let e = NetConf::parse(full.as_bytes()).unwrap_err();
+        assert_eq!(e.code, INVALID_CONFIG);
+        assert!(
+            e.msg
+                .starts_with("controlSocket \"/x.sock\" is not this node's"),
+            "{e}"
+        );
         assert_eq!(c.vm_role, VmRole::Client);
         assert_eq!(c.mtu, Some(9000));
         assert_eq!(c.queues, Some(4));
@@ -574,9 +699,11 @@ mod tests {
             (None, PathBuf::from(DEFAULT_DEVICE_DIR))
         );
         // Multus puts both deviceID and pciBusID at the top level.
-        let c = vu(r#","deviceID":"vhu3","pciBusID":"vhu3","deviceDir":"/run/dp""#).unwrap();
+        let c = vu(r#","deviceID":"vhu3","pciBusID":"vhu3","deviceDir":"/run/vhu/dp""#).unwrap();
         assert_eq!(c.device_id.as_deref(), Some("vhu3"));
-        assert_eq!(c.device_dir, PathBuf::from("/run/dp"));
+        assert_eq!(c.device_dir, PathBuf::from("/run/vhu/dp"));
+        let e = vu(r#","deviceDir":"/run/dp""#).unwrap_err();
+        assert!(e.msg.contains("is not this node's (device_dir"), "{e}");
         let c = vu(r#","runtimeConfig":{"deviceID":"vhu4"}"#).unwrap();
         assert_eq!(c.device_id.as_deref(), Some("vhu4"));
         let c = vu(r#","deviceID":"vhu4","runtimeConfig":{"deviceID":"vhu4"}"#).unwrap();
@@ -605,8 +732,9 @@ mod tests {
         let e = NetConf::parse(conf(r#","kind":"tap","deviceID":"vhu1""#, "1.0.0").as_bytes())
             .unwrap_err();
         assert!(e.msg.contains("applies only to kind \"vhost-user\""), "{e}");
-        let e = NetConf::parse(conf(r#","kind":"tap","deviceDir":"/x""#, "1.0.0").as_bytes())
-            .unwrap_err();
+        let e =
+            NetConf::parse(conf(r#","kind":"tap","deviceDir":"/run/vhu/dp""#, "1.0.0").as_bytes())
+                .unwrap_err();
         assert!(e.msg.contains("deviceDir applies only"), "{e}");
     }
 
@@ -752,6 +880,39 @@ mod tests {
                 r#"{"cniVersion":"1.0.0","name":"a b","type":"t","kind":"tap"}"#.into(),
                 INVALID_CONFIG,
                 "name \"a b\" is not a valid name",
+            ),
+            (
+                conf(r#","kind":"vhost-user","stateDir":"/tmp/pod-owned""#, "1.0.0"),
+                INVALID_CONFIG,
+                "stateDir \"/tmp/pod-owned\" is not this node's (state_dir = \"/var/lib/cni/vhu-cni\"",
+            ),
+            (
+                conf(r#","kind":"vhost-user","controlSocket":"/tmp/other.sock""#, "1.0.0"),
+                INVALID_CONFIG,
+                "remove controlSocket from the network",
+            ),
+            (
+                conf(
+                    r#","kind":"vhost-user","runtimeConfig":{"CNIDeviceInfoFile":"/etc/passwd"}"#,
+                    "1.0.0",
+                ),
+                INVALID_CONFIG,
+                "is not inside this node's device-info directory",
+            ),
+            (
+                conf(r#","kind":"vhost-user","ipam":{"type":"vhu-cni"}"#, "1.0.0"),
+                INVALID_CONFIG,
+                "cannot be its own IPAM plugin",
+            ),
+            (
+                conf(r#","kind":"vhost-user","ipam":{"type":"dhcp"}"#, "1.0.0"),
+                INVALID_CONFIG,
+                "ipam.type \"dhcp\" is not an IPAM plugin this node allows",
+            ),
+            (
+                conf(r#","kind":"tap","macLock":false"#, "1.0.0"),
+                INVALID_CONFIG,
+                "macLock false applies only",
             ),
         ];
         for (c, code, msg) in cases {

@@ -161,6 +161,14 @@ impl CniEnv {
     pub fn pod_uid(&self) -> Option<&str> {
         self.args.get("K8S_POD_UID").map(String::as_str)
     }
+
+    /// The pod's Kubernetes namespace, when the runtime is a kubelet's.
+    pub fn namespace(&self) -> Option<&str> {
+        self.args
+            .get("K8S_POD_NAMESPACE")
+            .map(String::as_str)
+            .filter(|n| !n.is_empty())
+    }
 }
 
 /// Parses `CNI_ARGS` (`K=V;K=V`).
@@ -185,6 +193,16 @@ pub fn parse_args(s: &str) -> Result<BTreeMap<String, String>, CniError> {
             return Err(CniError::env(format!(
                 "CNI_ARGS: unknown key {k:?} (known: {}; add IgnoreUnknown=1 to pass others)",
                 KNOWN_ARGS.join(", ")
+            )));
+        }
+    }
+    if let Some(n) = m.get("K8S_POD_NAMESPACE").filter(|n| !n.is_empty()) {
+        let ok = n.len() <= 63
+            && n.bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+        if !ok {
+            return Err(CniError::env(format!(
+                "CNI_ARGS K8S_POD_NAMESPACE: {n:?} is not a namespace name"
             )));
         }
     }

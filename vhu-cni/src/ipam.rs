@@ -2,6 +2,11 @@
 //! IPAM delegation: the plugin named in `ipam.type`, found on `CNI_PATH`,
 //! run with the same environment and the configuration on stdin.
 //!
+//! The plugin must be one the node's configuration allows, and never
+//! `vhu-cni` itself (by name, or the same file under another name); it
+//! runs with `VHU_CNI_DEPTH` set, and a `vhu-cni` reached through it
+//! refuses, so delegation cannot loop.
+//!
 //! The delegate is asked for its versions first: a configuration of a
 //! version it does not speak (an IPAM plugin of spec 1.0.0 under a 1.1.0
 //! network) is handed to it in the highest version both speak; STATUS and
@@ -30,6 +35,16 @@ pub struct Ipam {
 
 fn version_key(v: &str) -> Vec<u32> {
     v.split('.').map(|p| p.parse().unwrap_or(0)).collect()
+}
+
+/// Whether `bin` is the program running (a link or a copy under another
+/// name counts: the same file).
+fn is_this_program(bin: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(bin), std::fs::metadata("/proc/self/exe")) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 impl Ipam {
@@ -63,6 +78,12 @@ impl Ipam {
                         .join(":")
                 ))
             })?;
+        if is_this_program(&bin) {
+            return Err(CniError::config(format!(
+                "ipam.type {name:?} is vhu-cni itself ({}): it cannot be its own IPAM plugin",
+                bin.display()
+            )));
+        }
         let mut ipam = Ipam {
             name: name.clone(),
             bin,
@@ -139,6 +160,7 @@ impl Ipam {
         let name = &self.name;
         let mut child = Command::new(&self.bin)
             .env("CNI_COMMAND", command)
+            .env(crate::cmd::DEPTH_VAR, "1")
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

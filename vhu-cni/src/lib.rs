@@ -10,7 +10,10 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`cmd`] | ADD, DEL, CHECK, STATUS, GC, VERSION |
-//! | [`config`] | the network configuration and its checks |
+//! | [`config`] | the network configuration (a tenant's input) and its checks |
+//! | [`node`] | the node configuration: host paths and per-namespace policy (the administrator's) |
+//! | [`admission`] | what a network may ask for under its namespace's policy |
+//! | [`beneath`] | file operations in directories a tenant may write, never through a link |
 //! | [`mod@env`] | the `CNI_*` environment variables |
 //! | [`attach`] | an attachment's names and paths, and its record |
 //! | [`ipam`] | the delegated IPAM plugin |
@@ -20,11 +23,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod admission;
 pub mod attach;
+pub mod beneath;
 pub mod cmd;
 pub mod config;
 pub mod env;
 pub mod error;
 pub mod ipam;
 pub mod link;
+pub mod node;
 pub mod result;
