@@ -44,6 +44,10 @@
 //!   tap containers, one pinging the other (`podman run --rm`: its port is
 //!   gone right after); `podman rm` leaves nothing behind.
 //!
+//! A pod's container that swaps its socket directory for a link to a host
+//! directory before the sandbox goes: containerd's DEL removes the link
+//! and the host directory keeps its file.
+//!
 //! Needs root, the peers (`scripts/install-peers.sh`: containerd, runc,
 //! podman, grpcio-tools, QEMU and the guest image) and the release
 //! binaries. testpmd and QEMU are busy: run under `flock /tmp/vhu-e2e.lock`.
@@ -411,10 +415,42 @@ fn containerd_cri_pods_on_vhu_cni() {
     });
     println!("containerd vhost-user: B sent {sent1} + {sent2}, A received {to_a1} + {to_a2}");
 
+    // A pod turns its socket directory into a link to a host directory
+    // before its sandbox goes: the DEL containerd runs removes the link,
+    // not what it points to (docs/security.md; the old plugin unlinked
+    // the victim's "sock").
+    let victim = run.join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("sock"), b"not yours").unwrap();
+    let attack = format!(
+        "rm -rf {POD_SOCKET_DIR}/{IFNAME} && ln -s {} {POD_SOCKET_DIR}/{IFNAME} && exec sleep 600",
+        victim.display()
+    );
+    let m = [(vu.pod_dir(uid_b), POD_SOCKET_DIR)];
+    let m: Vec<(&Path, &str)> = m.iter().map(|(h, c)| (h.as_path(), *c)).collect();
+    let cmd = ["/bin/sh".to_owned(), "-c".to_owned(), attack];
+    let attacker = ctd.start_container(&pb, "attack", IMAGE, &cmd, &m);
+    let link = vu.pod_dir(uid_b).join(IFNAME);
+    let t0 = std::time::Instant::now();
+    while !std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the pod made no link"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ctd.stop_container(&attacker, Duration::from_secs(5));
+
     for p in [&pa, &pb] {
         ctd.remove_pod(p);
     }
     assert!(ctd.pods().is_empty());
+    assert!(
+        std::fs::symlink_metadata(&link).is_err(),
+        "DEL removed the link"
+    );
+    assert_eq!(std::fs::read(victim.join("sock")).unwrap(), b"not yours");
+    assert_eq!(walk(&victim), vec![victim.join("sock")]);
     vu.assert_nothing_left(&sw);
 
     // ---- tap: the pod's kernel stack to a QEMU guest, in one VLAN ---------

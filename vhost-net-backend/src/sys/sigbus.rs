@@ -26,7 +26,7 @@
 //! for the others (it once had 4096 slots; five ports of 509 regions each,
 //! the vhost-user maximum, left every later region unprotected): it is a
 //! list of fixed chunks of slots, the first static, more allocated by
-//! [`register`] (on a control thread, never in the handler) when every
+//! `register` (on a control thread, never in the handler) when every
 //! slot is taken, linked with one atomic pointer and never freed, so the
 //! handler walks it with atomic loads only. It grows to the most regions
 //! mapped at once over all ports, which the per-port cap on guest memory
