@@ -384,6 +384,7 @@ fn bind_socket(
     };
     let (l, b) = sys::unix::bind_at(path, opts).map_err(|e| match e.kind() {
         io::ErrorKind::AddrInUse => PortError::SocketInUse(path.to_owned()),
+        io::ErrorKind::AlreadyExists => PortError::NotASocket(path.to_owned()),
         _ => listen(e),
     })?;
     l.set_nonblocking(true).map_err(listen)?;
