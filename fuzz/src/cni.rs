@@ -115,7 +115,9 @@ pub fn outcome(data: &[u8]) -> Outcome {
     // parses strictly parses the same leniently.
     let del_conf = NetConf::parse_for_del(stdin, &vhu_cni::node::NodeConfig::default());
     if let Ok(c) = &conf {
-        let d = del_conf.as_ref().expect("a strict parse's configuration parses for DEL");
+        let d = del_conf
+            .as_ref()
+            .expect("a strict parse's configuration parses for DEL");
         assert_eq!(format!("{d:?}"), format!("{c:?}"));
     }
     let cmd_conf = match &command {

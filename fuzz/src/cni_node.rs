@@ -30,8 +30,7 @@ pub fn run(data: &[u8]) -> bool {
 
 fn clean(p: &Path) -> bool {
     p.is_absolute()
-        && p
-            .components()
+        && p.components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }
 
@@ -52,7 +51,12 @@ pub fn outcome(data: &[u8]) -> Outcome {
             Outcome::Refused(e.code)
         }
         Ok(c) => {
-            for p in [&c.control_socket, &c.state_dir, &c.device_dir, &c.device_info_dir] {
+            for p in [
+                &c.control_socket,
+                &c.state_dir,
+                &c.device_dir,
+                &c.device_info_dir,
+            ] {
                 assert!(clean(p), "{p:?}");
             }
             assert!(c.host_socket_dir.starts_with('/'));
