@@ -19,15 +19,10 @@ use crate::env::{CniEnv, Command};
 use crate::error::{
     CniError, CHECK_FAILED, COLLISION, INCOMPATIBLE_VERSION, SWITCH_REFUSED, TRY_AGAIN, UNAVAILABLE,
 };
-use crate::ipam::Ipam;
+use crate::ipam::{Ipam, DEPTH_VAR};
 use crate::link::{self, LinkSetup};
 use crate::node::NodeConfig;
 use crate::result::{self, Attached};
-
-/// Set by this plugin in the environment of the IPAM plugin it runs: when
-/// it reaches this plugin again (a network naming it, directly or through
-/// another delegating plugin), that run refuses, so nesting ends there.
-pub const DEPTH_VAR: &str = "VHU_CNI_DEPTH";
 
 /// Runs one invocation: `get` reads the environment, `stdin` is the
 /// configuration. The JSON to print on success (`None`: print nothing).

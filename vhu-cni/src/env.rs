@@ -90,13 +90,18 @@ pub struct CniEnv {
     pub path: Vec<PathBuf>,
 }
 
+/// Whether `v` is 1-`max` of `A-Z a-z 0-9 _ . -`, starting with a letter
+/// or digit: the spec's rule for container ids and plugin names.
+pub fn is_spec_name(v: &str, max: usize) -> bool {
+    v.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && v.len() <= max
+        && v.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
 /// A container id as the spec allows it.
 pub fn check_container_id(v: &str) -> Result<(), String> {
-    let ok = v.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && v.len() <= 1024
-        && v.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
-    if ok {
+    if is_spec_name(v, 1024) {
         Ok(())
     } else {
         Err(format!(

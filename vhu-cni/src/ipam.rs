@@ -37,6 +37,11 @@ fn version_key(v: &str) -> Vec<u32> {
     v.split('.').map(|p| p.parse().unwrap_or(0)).collect()
 }
 
+/// Set by this plugin in the environment of the IPAM plugin it runs: when
+/// it reaches this plugin again (a network naming it, directly or through
+/// another delegating plugin), that run refuses, so nesting ends there.
+pub const DEPTH_VAR: &str = "VHU_CNI_DEPTH";
+
 /// Whether `bin` is the program running (a link or a copy under another
 /// name counts: the same file).
 fn is_this_program(bin: &std::path::Path) -> bool {
@@ -160,7 +165,7 @@ impl Ipam {
         let name = &self.name;
         let mut child = Command::new(&self.bin)
             .env("CNI_COMMAND", command)
-            .env(crate::cmd::DEPTH_VAR, "1")
+            .env(DEPTH_VAR, "1")
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -221,11 +221,7 @@ pub fn check_abs_path(v: &str) -> Result<(), String> {
 
 /// A plugin name as the spec allows it.
 pub fn check_plugin_name(v: &str) -> Result<(), String> {
-    let ok = v.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && v.len() <= 128
-        && v.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
-    if ok {
+    if crate::env::is_spec_name(v, 128) {
         Ok(())
     } else {
         Err(format!(
