@@ -377,17 +377,10 @@ mod tests {
         assert!(e.to_string().contains("character device"), "{e}");
     }
 
+    /// An unlinked, empty temporary file of this test's own (tests run
+    /// in parallel threads of one process).
     fn tempfile() -> File {
-        let p = std::env::temp_dir().join(format!("vhu-log-{}", std::process::id()));
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&p)
-            .unwrap();
-        std::fs::remove_file(&p).unwrap();
-        f
+        crate::sys::guarded::tests::tempfile_with(&[])
     }
 }
 
