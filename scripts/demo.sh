@@ -120,6 +120,8 @@ switch_started=0
 capture_pid=""
 declare -a qemu_pid=() console_fd=()
 declare -a added_ports=()
+# Directories a switch started on the defaults created (they did not exist).
+declare -a created_dirs=()
 ctl_socket=""
 vhuctl=""
 
@@ -194,6 +196,11 @@ cleanup() {
 	if ((switch_started)); then
 		stop_pid "$switch_pid" 15 "vhu-switch"
 	fi
+	local d
+	for d in "${created_dirs[@]}"; do
+		rm -f "$d/ports.json"
+		rmdir "$d" 2>/dev/null
+	done
 	[[ -n $run ]] && rm -rf "$run"
 	exit "$rc"
 }
@@ -300,6 +307,11 @@ fi
 if ((defaults)) && ctl port list >/dev/null 2>&1; then
 	say "using the switch already running on $ctl_socket"
 else
+	if ((defaults)); then
+		for d in /run/vhu/sockets /run/vhu /var/lib/vhu; do
+			[[ -e $d ]] || created_dirs+=("$d")
+		done
+	fi
 	say "starting: vhu-switch --poll adaptive ${switch_args[*]}"
 	"$switch_bin" --poll adaptive "${switch_args[@]}" >"$run/switch.log" 2>&1 &
 	switch_pid=$!
