@@ -38,7 +38,8 @@
 #   --defaults      use the switch on its embedded defaults (control socket
 #                   /run/vhu/vhu.sock): the one already running there (the
 #                   README's main command), or one started on them; the ports
-#                   are then demo-vm1 and demo-vm2, removed at the end
+#                   are then demo-vm1 and demo-vm2, removed at the end, and
+#                   the directories a switch it started created are removed
 #   --accel A       kvm, tcg, or auto (default): KVM when /dev/kvm is usable
 #                   and this machine is not itself a virtual machine (nested
 #                   KVM guests can hang), TCG otherwise

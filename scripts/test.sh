@@ -5,9 +5,10 @@
 # Runs the quick check first (scripts/check.sh: formatting, lints, docs, unit
 # and in-process driver tests, in release mode), installs every peer the
 # tests use (scripts/install-peers.sh: DPDK testpmd, QEMU 10, the guest kernel
-# and initramfs, hugepages), then runs the fuzz targets and the end-to-end
-# tests against real peers (QEMU guests, dpdk-testpmd, network namespaces)
-# and a 60 s soak (scripts/soak.sh).
+# and initramfs, hugepages), then runs the fuzz targets, the demo as a user
+# runs it (scripts/demo.sh: two QEMU guests ping each other through
+# vhu-switch), the end-to-end tests against real peers (QEMU guests,
+# dpdk-testpmd, network namespaces) and a 60 s soak (scripts/soak.sh).
 # Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,11 @@ cargo build --release --workspace --bins --examples
 step "fuzz targets: seed replay, then a 30 s libFuzzer run each"
 (cd fuzz && cargo test --release)
 fuzz/run.sh 30
+
+# Ahead of the end-to-end tests, one at a time like them: the README's
+# demo command, on the peers and binaries installed and built above.
+step "demo: two QEMU guests ping each other through vhu-switch (scripts/demo.sh)"
+scripts/demo.sh --no-install --no-build
 
 step "end-to-end tests against real peers (serialised: they busy-poll)"
 cargo test --release --no-fail-fast -p vhu-tests -- --include-ignored --test-threads=1

@@ -35,11 +35,7 @@ fn read(rel: &str) -> String {
 
 /// The text between backticks in `s`.
 fn quoted(s: &str) -> Vec<String> {
-    s.split('`')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_owned)
-        .collect()
+    s.split('`').skip(1).step_by(2).map(str::to_owned).collect()
 }
 
 /// `s` without the fenced code blocks.
@@ -121,7 +117,9 @@ fn value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
 /// The workspace's members, from the root manifest's `members = [...]`.
 fn members() -> Vec<String> {
     let text = read("Cargo.toml");
-    let at = text.find("members").expect("the root manifest lists members");
+    let at = text
+        .find("members")
+        .expect("the root manifest lists members");
     let list = &text[at..];
     let list = &list[list.find('[').expect("members = [")..list.find(']').expect("]")];
     list.split('"')
@@ -209,8 +207,7 @@ fn programs_of(member: &str) -> Vec<Program> {
     }
     if auto("autoexamples") {
         for stem in rs_stems(&format!("{member}/examples")) {
-            if !explicit_paths.contains(&format!("examples/{stem}.rs"))
-                && !known(&out, &stem, true)
+            if !explicit_paths.contains(&format!("examples/{stem}.rs")) && !known(&out, &stem, true)
             {
                 out.push(Program {
                     name: stem,
