@@ -236,7 +236,7 @@ peers_missing() {
 	major=""
 	[[ -n $q ]] && major=$(qemu_major "$q")
 	if [[ -z $major ]] || ((major < qemu_min_major)); then
-		echo "QEMU >= $qemu_min_major (found: ${q:-none} ${major:+version $major})"
+		echo "QEMU >= $qemu_min_major (found: ${q:-none}${major:+, version $major})"
 	fi
 	[[ -e $peers_dir/vmlinuz ]] || echo "the guest kernel $peers_dir/vmlinuz"
 	if [[ ! -x /bin/busybox ]] || ! command -v cpio >/dev/null; then
