@@ -314,7 +314,10 @@ else
 		done
 	fi
 	say "starting: vhu-switch --poll adaptive ${switch_args[*]}"
-	"$switch_bin" --poll adaptive "${switch_args[@]}" >"$run/switch.log" 2>&1 &
+	# In a session of its own, so that a Ctrl-C in this terminal reaches this
+	# script only: the clean-up then removes the ports before it stops the
+	# switch (a switch stopped first would keep them in its state file).
+	setsid "$switch_bin" --poll adaptive "${switch_args[@]}" >"$run/switch.log" 2>&1 &
 	switch_pid=$!
 	switch_started=1
 	t0=$SECONDS
