@@ -15,7 +15,7 @@
 //! | [`layout`] | every path and name of a prepared claim, derived, never read back |
 //! | [`documents`] | the CDI spec and the device metadata (pure) |
 //! | [`driver`] | prepare and unprepare: port, directories, files, checkpoint |
-//! | [`slice`] | the node's switch as a ResourceSlice (pure) |
+//! | [`slice`](mod@slice) | the node's switch as a ResourceSlice (pure) |
 //! | [`server`] | plugin registration and the DRA services over Unix sockets |
 //!
 //! The generated gRPC code: [`draapi`] (`v1`), [`drabeta`] (`v1beta1`),
