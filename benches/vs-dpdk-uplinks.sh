@@ -6,13 +6,13 @@
 # `patch` example (--poll busy) on each uplink kind; the anchor is testpmd
 # with net_vhost0 cross-connected (io forward) to DPDK's net_af_xdp,
 # net_af_packet and net_tap PMDs. Alternating runs, medians and ratios.
-# Arguments go to the uplink-bench program (tests/src/bin/uplink_bench.rs), e.g.
+# Arguments go to the uplink-bench program (benches/src/bin/uplink_bench.rs), e.g.
 #   benches/vs-dpdk-uplinks.sh --reps 5 --uplinks af_xdp,af_packet --size 64
 # Needs root; installs the peers first. About 12 s per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-peers.sh
 cargo build --release --workspace --examples
-cargo build --release -p vhu-tests --bin uplink-bench
+cargo build --release -p vhu-benches --bin uplink-bench
 target=${CARGO_TARGET_DIR:-target}
 exec "$target/release/uplink-bench" --patch "$target/release/examples/patch" "$@"

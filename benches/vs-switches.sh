@@ -8,7 +8,7 @@
 # NORMAL), alternating ABC CBA ..., medians, ratios and each switch's busy
 # cycles per frame; then the idle CPU of an adaptive switch with four
 # connected, silent ports.
-# Arguments go to the switch-bench program (tests/src/bin/switch_bench.rs), e.g.
+# Arguments go to the switch-bench program (benches/src/bin/switch_bench.rs), e.g.
 #   benches/vs-switches.sh --reps 3 --sizes 64,1514
 # Needs root and hugepages; installs the peers first (OVS-DPDK included).
 # About 25 s per run. Hold the shared lock around it on a shared machine:
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-peers.sh
 cargo build --release -p vhu-switch --bins
-cargo build --release -p vhu-tests --bin switch-bench
+cargo build --release -p vhu-benches --bin switch-bench
 target=${CARGO_TARGET_DIR:-target}
 export VHU_SWITCH_BIN=${VHU_SWITCH_BIN:-$target/release/vhu-switch}
 exec "$target/release/switch-bench" "$@"

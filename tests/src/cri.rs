@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::testpmd::RunDir;
+use crate::process::RunDir;
 
 /// The Python CRI client.
 ///
@@ -137,8 +137,8 @@ state = "{state}"
 
     fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            crate::testpmd::signal(&c, libc::SIGTERM);
-            if crate::testpmd::wait_timeout(&mut c, Duration::from_secs(10)).is_none() {
+            crate::process::signal(&c, libc::SIGTERM);
+            if crate::process::wait_timeout(&mut c, Duration::from_secs(10)).is_none() {
                 let _ = c.kill();
                 let _ = c.wait();
             }

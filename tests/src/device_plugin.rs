@@ -164,7 +164,7 @@ impl PluginProc {
     /// When it does not exit.
     pub fn stop(&mut self) -> ExitStatus {
         let c = self.child.as_mut().expect("running");
-        crate::testpmd::signal(c, libc::SIGTERM);
+        crate::process::signal(c, libc::SIGTERM);
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(10) {
             if let Some(st) = c.try_wait().expect("wait") {

@@ -30,14 +30,13 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::testpmd::{self, OutputBuf};
+use crate::process::{self, OutputBuf};
 
 /// How long echo may take to create its socket (server mode).
 pub const SOCKET_TIMEOUT: Duration = Duration::from_secs(10);
@@ -311,24 +310,9 @@ impl Echo {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        testpmd::kill_with_parent(&mut cmd);
+        process::kill_with_parent(&mut cmd);
         if let Some(cpus) = cpus {
-            let cpus = cpus.to_vec();
-            // SAFETY: the closure runs between fork and exec and only calls
-            // async-signal-safe functions on a stack-local cpu_set_t.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    for &c in &cpus {
-                        libc::CPU_SET(c, &mut set);
-                    }
-                    if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &raw const set) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            process::pin_to_cpus(&mut cmd, cpus);
         }
         let mut child = cmd
             .spawn()
@@ -349,10 +333,10 @@ impl Echo {
         };
         if !client {
             let child = &mut echo.child;
-            if let Err(e) = testpmd::wait_for_path(socket, SOCKET_TIMEOUT, || {
+            if let Err(e) = process::wait_for_path(socket, SOCKET_TIMEOUT, || {
                 matches!(child.try_wait(), Ok(None))
             }) {
-                echo.fail(&e);
+                echo.fail(&e.to_string());
             }
         }
         echo
@@ -366,7 +350,7 @@ impl Echo {
     /// Asks echo (SIGUSR1) to print its `cycles` line now; it appears in
     /// [`EchoOutput::stdout`] before the one printed on exit.
     pub fn report_cycles(&self) {
-        testpmd::signal(&self.child, libc::SIGUSR1);
+        process::signal(&self.child, libc::SIGUSR1);
     }
 
     /// Whether echo is still running.
@@ -404,8 +388,8 @@ impl Echo {
     /// If echo does not exit within [`STOP_TIMEOUT`] (it is then killed), or
     /// prints malformed `qp=` lines.
     pub fn stop(mut self) -> EchoOutput {
-        testpmd::signal(&self.child, libc::SIGTERM);
-        let Some(status) = testpmd::wait_timeout(&mut self.child, STOP_TIMEOUT) else {
+        process::signal(&self.child, libc::SIGTERM);
+        let Some(status) = process::wait_timeout(&mut self.child, STOP_TIMEOUT) else {
             let _ = self.child.kill();
             let _ = self.child.wait();
             self.fail(&format!("did not exit within {STOP_TIMEOUT:?} of SIGTERM"))

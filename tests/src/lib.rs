@@ -5,8 +5,12 @@
 //! on a developer machine without root or peers reports them as ignored; the
 //! project's test command (`scripts/test.sh`) installs every peer and runs them
 //! with `--include-ignored`. A missing peer is a test failure, never a skip.
+//!
+//! `unsafe` lives in [`process`] only: the `libc` calls around child
+//! processes, signals and namespaces.
 
-pub mod bench;
+#![deny(unsafe_code)]
+
 pub mod bins;
 pub mod cni_node;
 pub mod cri;
@@ -19,6 +23,8 @@ pub mod libvirt;
 pub mod netns;
 pub mod peers;
 pub mod pod;
+#[allow(unsafe_code)]
+pub mod process;
 pub mod qemu;
 pub mod stream;
 pub mod switch;

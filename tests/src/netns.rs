@@ -37,7 +37,6 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -263,11 +262,9 @@ impl Netns {
             .unwrap_or_else(|e| panic!("cannot open netns {}: {e}", self.name));
         std::thread::scope(|s| {
             s.spawn(|| {
-                // SAFETY: `ns` is an open netns file; setns changes only the
-                // calling thread's network namespace, and this thread ends
-                // right after `f`.
-                let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(r, 0, "setns: {}", io::Error::last_os_error());
+                // This thread ends right after `f`, so the namespace it
+                // enters is never seen by other work.
+                crate::process::enter_netns(&ns).unwrap_or_else(|e| panic!("setns: {e}"));
                 f()
             })
             .join()
@@ -785,7 +782,7 @@ impl NsProcess {
         // A test process killed without unwinding leaves no peer behind
         // (`ip netns exec` keeps this across its exec). The signal follows
         // the thread that spawned the child.
-        crate::testpmd::kill_with_parent(&mut cmd);
+        crate::process::kill_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));

@@ -18,7 +18,7 @@ use vhu_api::PortStats;
 
 use crate::bins;
 use crate::footprint::{open_fds, Footprint};
-use crate::testpmd::RunDir;
+use crate::process::RunDir;
 
 /// The `vhu-switch` binary.
 pub fn switch_bin() -> PathBuf {
@@ -277,7 +277,7 @@ impl SwitchProc {
     /// SIGTERM; waits for the exit.
     pub fn stop(&mut self) -> ExitStatus {
         let mut c = self.child.take().expect("running");
-        crate::testpmd::signal(&c, libc::SIGTERM);
+        crate::process::signal(&c, libc::SIGTERM);
         let t0 = Instant::now();
         loop {
             if let Some(st) = c.try_wait().expect("wait") {

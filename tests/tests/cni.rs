@@ -48,8 +48,8 @@ use vhu_api::PortView;
 use vhu_tests::bins;
 use vhu_tests::netns::Netns;
 use vhu_tests::peers;
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::RunDir;
 
 const CNI_PATH: &str = "/usr/lib/cni";
 const IFNAME: &str = "net1";

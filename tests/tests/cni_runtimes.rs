@@ -61,9 +61,10 @@ use vhu_api::{PortStats, PortView};
 use vhu_tests::cri::{Containerd, Sandbox};
 use vhu_tests::netns::{self, LinkStats};
 use vhu_tests::pod::{self, PodTestpmd, Podman, POD_OUT_DIR, POD_SOCKET_DIR};
+use vhu_tests::process::RunDir;
 use vhu_tests::qemu::{parse_results, spawn_guest, GuestHandle, GuestOpts};
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::{FrontendOpts, Lcores, RunDir, Testpmd};
+use vhu_tests::testpmd::{FrontendOpts, Lcores, Testpmd};
 
 /// The runtimes' interface name for the pod's (one) network.
 const IFNAME: &str = "eth0";

@@ -62,8 +62,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::RunDir;
 
 /// Custom resources the validator has no schema for: `apiVersion/kind`.
 const CUSTOM: &[&str] = &[

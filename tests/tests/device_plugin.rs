@@ -71,8 +71,8 @@ use vhu_device_plugin::api::{
 };
 use vhu_device_plugin::{connect_unix, devinfo_file_name};
 use vhu_tests::device_plugin::{run_cni, wait_until, PluginProc, TestKubelet};
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::RunDir;
 
 const RESOURCE: &str = "vhu.dev/vhost-user";
 const SLOTS: usize = 8;

@@ -55,7 +55,7 @@ use vhu_tests::switch::SwitchProc;
 
 /// The group QEMU runs in under libvirt here (its sockets get it).
 const QEMU_GROUP: &str = "libvirt-qemu";
-use vhu_tests::testpmd::RunDir;
+use vhu_tests::process::RunDir;
 use vhu_tests::{bins, peers};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/kubevirt");

@@ -83,9 +83,9 @@ use std::time::{Duration, Instant};
 
 use vhu_api::{FdbEntryView, PortStats};
 use vhu_tests::netns::{parse_snmp, NsProcess, VethPair};
+use vhu_tests::process::RunDir;
 use vhu_tests::qemu::{incoming_args, qmp_args, spawn_guest, GuestHandle, GuestOpts, Qmp};
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::RunDir;
 
 /// Until the agent answers (TCG boot, two cores shared with other QEMUs).
 const BOOT: Duration = Duration::from_secs(180);

@@ -48,8 +48,9 @@ use std::time::{Duration, Instant};
 use vhu_tests::netns::{
     self, Netns, NsProcess, VethPair, ETHTOOL_SGSO, ETHTOOL_SRXCSUM, ETHTOOL_STSO, ETHTOOL_STXCSUM,
 };
+use vhu_tests::process::RunDir;
 use vhu_tests::qemu::{self, GuestOpts, GuestRun};
-use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd, LINK_TIMEOUT, READY_TIMEOUT};
+use vhu_tests::testpmd::{FrontendOpts, Testpmd, LINK_TIMEOUT, READY_TIMEOUT};
 use vhu_tests::uplink::{Kind, PeerEnd};
 use vhu_tests::{bins, peers};
 

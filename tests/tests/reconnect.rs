@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use vhost_net_backend::test_utils::{DriverOpts, RxLayout, TestDriver, TxLayout};
 use vhu_tests::echo::Echo;
 use vhu_tests::footprint::{open_fds, Footprint};
-use vhu_tests::testpmd::{self, FrontendOpts, RunDir, Testpmd};
+use vhu_tests::process::{self, RunDir};
+use vhu_tests::testpmd::{FrontendOpts, Testpmd};
 
 const ROUNDS: usize = 100;
 
@@ -184,7 +185,7 @@ fn echo_exits_within_a_second_of_sigterm_with_a_frontend_connected() {
         opts.server = echo_is_client;
         let (mut tp, echo) = if echo_is_client {
             let tp = Testpmd::spawn(&opts);
-            testpmd::wait_for_path(&socket, Duration::from_secs(20), || true)
+            process::wait_for_path(&socket, Duration::from_secs(20), || true)
                 .unwrap_or_else(|e| panic!("testpmd's socket: {e}"));
             (tp, Echo::spawn(&socket, true, 1, &["--poll", "adaptive"]))
         } else {

@@ -36,8 +36,9 @@ use std::time::Duration;
 use vhu_api::{ApiError, FdbEntryView, PortStats, PortView};
 use vhu_tests::netns::{self, Netns, VethPair};
 use vhu_tests::peers;
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::{FrontendOpts, Lcores, RunDir, Testpmd};
+use vhu_tests::testpmd::{FrontendOpts, Lcores, Testpmd};
 
 const MAC_A: &str = "02:00:00:00:00:0a";
 const MAC_B: &str = "02:00:00:00:00:0b";

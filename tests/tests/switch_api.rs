@@ -55,8 +55,8 @@ use std::time::{Duration, Instant};
 use vhu_api::{FdbEntryView, PortSpec, PortStats, PortView};
 use vhu_tests::netns::{self, Netns, NsProcess};
 use vhu_tests::peers;
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::{switch_bin, SwitchProc};
-use vhu_tests::testpmd::RunDir;
 
 /// Version `scripts/install-peers.sh` installs.
 const SCHEMATHESIS_VERSION: &str = "4.32.5";

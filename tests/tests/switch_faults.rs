@@ -69,9 +69,10 @@ use vhost_net_backend::test_utils::{RxLayout, TestDriver};
 use vhu_api::PortView;
 use vhu_tests::driver::send_all;
 use vhu_tests::netns::VethPair;
+use vhu_tests::process::RunDir;
 use vhu_tests::stream::Stream;
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd};
+use vhu_tests::testpmd::{FrontendOpts, Testpmd};
 use vhu_tests::wire::numbered_frame;
 
 const MAC_A: &str = "02:00:00:fa:00:0a";

@@ -47,9 +47,10 @@ use vhost_net_backend::DropReason;
 use vhu_api::{FdbEntryView, PortStats, PortView, QueueStats};
 use vhu_tests::netns::{self, Netns, VethPair};
 use vhu_tests::peers;
+use vhu_tests::process::RunDir;
 use vhu_tests::qemu::{parse_results, spawn_guest, GuestHandle, GuestOpts};
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::{FrontendOpts, RunDir, Testpmd, LINK_TIMEOUT, READY_TIMEOUT};
+use vhu_tests::testpmd::{FrontendOpts, Testpmd, LINK_TIMEOUT, READY_TIMEOUT};
 
 /// Until a guest's agent answers: TCG boots take 8-15 s alone, more with two
 /// guests on two shared cores.

@@ -44,9 +44,9 @@ use std::time::{Duration, Instant};
 use vhost_net_backend::test_utils::{RxLayout, TestDriver};
 use vhu_api::QueueStats;
 use vhu_tests::driver::send_all;
+use vhu_tests::process::RunDir;
 use vhu_tests::stream::Stream;
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::RunDir;
 use vhu_tests::wire::numbered_frame;
 use vm_memory::{Bytes, GuestAddress};
 

@@ -44,8 +44,9 @@ use std::time::{Duration, Instant};
 
 use vhu_api::{PortStats, PortView, QueueStats};
 use vhu_tests::netns::{unique_ifname, Netns, NsProcess};
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::{SwitchOpts, SwitchProc};
-use vhu_tests::testpmd::{self, FrontendOpts, RunDir, Testpmd};
+use vhu_tests::testpmd::{self, FrontendOpts, Testpmd};
 
 /// How long frames may take to cross the switches after a burst.
 const TIMEOUT: Duration = Duration::from_secs(15);

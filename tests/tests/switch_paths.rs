@@ -49,8 +49,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use vhu_api::PortView;
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::RunDir;
 
 /// The attacking pod's uid (owner of its directories).
 const POD: u32 = 4242;

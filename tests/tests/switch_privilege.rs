@@ -41,8 +41,8 @@ use vhost_net_backend::test_utils::{RxLayout, TestDriver};
 use vhu_api::PortView;
 use vhu_tests::driver::send_all;
 use vhu_tests::netns::VethPair;
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::{switch_bin, SwitchOpts, SwitchProc};
-use vhu_tests::testpmd::RunDir;
 use vhu_tests::wire::{numbered_frame, EXPERIMENTAL_ETHERTYPE};
 
 const MAC_A: &str = "02:00:00:cb:00:0a";

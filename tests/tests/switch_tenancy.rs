@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 use vhost_net_backend::test_utils::{RxLayout, TestDriver};
 use vhu_api::{FdbEntryView, PortStats, PortView};
 use vhu_tests::driver::send_all;
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::{switch_bin, SwitchProc};
-use vhu_tests::testpmd::RunDir;
 use vhu_tests::wire::numbered_frame;
 
 const MAC_A: &str = "02:00:00:00:00:0a";

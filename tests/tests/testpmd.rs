@@ -76,9 +76,10 @@ use std::time::Duration;
 
 use vhu_tests::echo::{Echo, QpCounters};
 use vhu_tests::features::VIRTIO_USER_LOCAL_BITS;
+use vhu_tests::process::RunDir;
 use vhu_tests::testpmd::{
     self, feature_names, hugepages_available, last_hex_after, start_vhost_backend, FrontendOpts,
-    PortStats, RunDir, Testpmd, VhostBackendOpts, LINK_TIMEOUT, READY_TIMEOUT,
+    PortStats, Testpmd, VhostBackendOpts, LINK_TIMEOUT, READY_TIMEOUT,
 };
 
 /// Frames testpmd must have received before the run stops.

@@ -65,8 +65,8 @@ use vhost_net_backend::VirtioNetHdr;
 use vhu_api::{FdbEntryView, PortStats, PortView};
 use vhu_tests::footprint::Footprint;
 use vhu_tests::netns::{mac_octets, VethPair};
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::RunDir;
 
 /// Driver frontends.
 const N: usize = 4;

@@ -48,11 +48,11 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use vhu_tests::bench;
+use vhu_benches as bench;
 use vhu_tests::netns::{self, Netns, NsProcess, VethPair};
+use vhu_tests::process::{machine_busy, RunDir};
 use vhu_tests::testpmd::{
-    self, hugepages_available, machine_busy, start_vhost_backend, FrontendOpts, RunDir, Testpmd,
-    VhostBackendOpts,
+    self, hugepages_available, start_vhost_backend, FrontendOpts, Testpmd, VhostBackendOpts,
 };
 use vhu_tests::uplink::{Kind, PeerEnd};
 

@@ -61,11 +61,12 @@ use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use vhu_api::PortView;
-use vhu_tests::bench;
+use vhu_benches as bench;
+use vhu_tests::process::{wait_for_path, RunDir};
 use vhu_tests::switch::{switch_bin, SwitchProc};
 use vhu_tests::testpmd::{
-    self, hugepages_available, start_vhost_backend, wait_for_path, FrontendOpts, Lcores, RunDir,
-    Testpmd, Throughput, VhostBackendOpts,
+    self, hugepages_available, start_vhost_backend, FrontendOpts, Lcores, Testpmd, Throughput,
+    VhostBackendOpts,
 };
 
 /// The frontend's two port addresses (virtio-user `mac=`).
@@ -294,7 +295,8 @@ impl Ovs {
         o.run("ovsdb-tool", &["create", &path_str(&db), OVS_SCHEMA])?;
         let remote = format!("--remote=punix:{}", path_str(&o.dir.join("db.sock")));
         o.db = Some(o.daemon("ovsdb-server", &[&path_str(&db), &remote])?);
-        wait_for_path(&o.dir.join("db.sock"), Duration::from_secs(10), || true)?;
+        wait_for_path(&o.dir.join("db.sock"), Duration::from_secs(10), || true)
+            .map_err(|e| e.to_string())?;
         o.vsctl(&["--no-wait", "init"])?;
         o.vsctl(&[
             "--no-wait",
@@ -338,7 +340,7 @@ impl Ovs {
             ])?;
         }
         for s in o.sockets() {
-            wait_for_path(&s, Duration::from_secs(30), || true)?;
+            wait_for_path(&s, Duration::from_secs(30), || true).map_err(|e| e.to_string())?;
         }
         let flows = o.output("ovs-ofctl", &["dump-flows", &br, "--no-stats"])?;
         if !flows.contains("actions=NORMAL") || flows.trim().lines().count() != 1 {
@@ -524,7 +526,7 @@ fn start_vhu(
         .map(|i| sw.sockets.join(format!("p{i}.sock")))
         .collect();
     for s in &socks {
-        wait_for_path(s, Duration::from_secs(10), || true)?;
+        wait_for_path(s, Duration::from_secs(10), || true).map_err(|e| e.to_string())?;
     }
     Ok((sw, pid, socks))
 }
@@ -547,7 +549,8 @@ impl Running {
                 o.port.extra_args = vec!["--record-core-cycles".into()];
                 let mut be = start_vhost_backend(&o);
                 let alive = || true;
-                wait_for_path(&socks[1], Duration::from_secs(30), alive)?;
+                wait_for_path(&socks[1], Duration::from_secs(30), alive)
+                    .map_err(|e| e.to_string())?;
                 if !be.is_running() {
                     return Err("the cross-connect exited".into());
                 }

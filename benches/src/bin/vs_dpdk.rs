@@ -66,12 +66,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use vhu_tests::bench;
+use vhu_benches as bench;
 use vhu_tests::echo::{CyclesLine, Echo};
 use vhu_tests::features::VIRTIO_USER_LOCAL_BITS;
+use vhu_tests::process::RunDir;
 use vhu_tests::testpmd::{
     self, hugepages_available, last_hex_after, start_vhost_backend, CoreCycles, FrontendOpts,
-    RunDir, Testpmd, Throughput, VhostBackendOpts,
+    Testpmd, Throughput, VhostBackendOpts,
 };
 
 /// Foreign CPU load (fraction of the machine) above which a run is noisy.
