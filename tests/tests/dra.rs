@@ -55,8 +55,9 @@ use vhu_dra::registration::registration_client::RegistrationClient;
 use vhu_dra::{draapi, drabeta, registration};
 use vhu_tests::bins::release_bin;
 use vhu_tests::pod::{self, PodTestpmd, Podman, POD_OUT_DIR};
+use vhu_tests::process::RunDir;
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::{FrontendOpts, Lcores, RunDir, Testpmd};
+use vhu_tests::testpmd::{FrontendOpts, Lcores, Testpmd};
 
 const DRIVER: &str = "vhu.dev";
 const NODE: &str = "node-a";
