@@ -220,7 +220,14 @@ impl Node {
             )
             .env("CNI_COMMAND", cmd)
             .env("CNI_CONTAINERID", sid)
-            .env("CNI_NETNS", if cmd == "DEL" { "" } else { "/var/run/netns/kata" })
+            .env(
+                "CNI_NETNS",
+                if cmd == "DEL" {
+                    ""
+                } else {
+                    "/var/run/netns/kata"
+                },
+            )
             .env("CNI_IFNAME", ifname)
             .env("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAMESPACE=kata")
             .env("CNI_PATH", CNI_PATH)
@@ -369,7 +376,10 @@ fn dan_files_from_adds_and_dels() {
 
     // host-tap: the entry, the TAP, the af_packet port on it.
     let d0 = &c.devices[0];
-    assert_eq!((d0.name.as_str(), d0.guest_mac.as_str()), ("eth0", mac0.as_str()));
+    assert_eq!(
+        (d0.name.as_str(), d0.guest_mac.as_str()),
+        ("eth0", mac0.as_str())
+    );
     assert_eq!(d0.network_info.interface.ip_addresses, ips0);
     assert_eq!(d0.network_info.interface.mtu, 1400);
     assert_eq!(
@@ -399,6 +409,19 @@ fn dan_files_from_adds_and_dels() {
     );
     let mtu = std::fs::read_to_string(format!("/sys/class/net/{tap_name}/mtu")).unwrap();
     assert_eq!(mtu.trim(), "1400");
+    // The host's stack answers nothing on it.
+    for (f, want) in [
+        (
+            format!("/proc/sys/net/ipv6/conf/{tap_name}/disable_ipv6"),
+            "1",
+        ),
+        (
+            format!("/proc/sys/net/ipv4/conf/{tap_name}/arp_ignore"),
+            "8",
+        ),
+    ] {
+        assert_eq!(std::fs::read_to_string(&f).unwrap().trim(), want, "{f}");
+    }
     let p0 = port_on(&sw, |p| p.spec.interface.as_deref() == Some(tap_name));
     assert_eq!(p0.spec.kind, PortKind::AfPacket);
     assert_eq!(p0.spec.mac.as_ref().unwrap()[0].to_string(), mac0);
@@ -406,7 +429,10 @@ fn dan_files_from_adds_and_dels() {
     // vhost-user: the entry, the socket's directory (the socket not
     // created), the client port, the device-info file, the result.
     let d1 = &c.devices[1];
-    assert_eq!((d1.name.as_str(), d1.guest_mac.as_str()), ("net1", mac1.as_str()));
+    assert_eq!(
+        (d1.name.as_str(), d1.guest_mac.as_str()),
+        ("net1", mac1.as_str())
+    );
     assert_eq!(d1.network_info.interface.ip_addresses, ips1);
     let Device::VhostUser {
         path,

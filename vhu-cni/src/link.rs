@@ -160,8 +160,8 @@ pub fn host_link(name: &str) -> HostLink {
 
 /// Creates the persistent TAP `name` in the host's namespace for a VMM to
 /// open: `IFF_VNET_HDR`, multiqueue iff `queues` > 1 (the flag a VMM's
-/// `TUNSETIFF` must match), its MTU, IPv6 off (the host's stack has
-/// nothing to say to the guest), up.
+/// `TUNSETIFF` must match), its MTU, IPv6 off and ARP ignored (the
+/// host's stack has nothing to say to the guest), up.
 ///
 /// # Errors
 /// Code 102 with `ip`'s message.
@@ -171,7 +171,10 @@ pub fn create_host_tap(name: &str, queues: u32, mtu: Option<u32>) -> Result<(), 
         args.push("multi_queue");
     }
     ip(None, &args)?;
+    // The host's stack sees what the guest sends on the TAP: it answers
+    // nothing there (no IPv6, no ARP for the host's addresses).
     let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), b"1");
+    let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{name}/arp_ignore"), b"8");
     let mtu = mtu.map(|m| m.to_string());
     let mut args = vec!["link", "set", "dev", name];
     if let Some(m) = &mtu {
