@@ -12,6 +12,7 @@
 //! | `macLock: false` | the policy's `unpinned_mac` is true (`tap` ports are always locked) |
 //! | `socketOwner`, `socketGroup` | listed in the policy's `socket_owners`, `socket_groups` |
 //! | `socketMode` | no bit outside the policy's `socket_mode` |
+//! | `"kata": "dan"` | the policy's `kata_dan` is true |
 //!
 //! The port's flood limit and FDB share are the policy's (`flood_rate`,
 //! `flood_burst`, `mac_limit`): a network cannot ask for them.
@@ -88,7 +89,13 @@ pub fn admit(
             }
         }
     };
-    let mac_lock = conf.mac_lock.unwrap_or(true) || conf.kind == Kind::Tap;
+    if conf.kata_dan && !p.kata_dan {
+        return Err(refuse(
+            "kata",
+            "writing Kata DAN entries is not allowed (kata_dan = false)".to_owned(),
+        ));
+    }
+    let mac_lock = conf.mac_lock.unwrap_or(true) || conf.kind != Kind::VhostUser || conf.kata_dan;
     if !mac_lock && !p.unpinned_mac {
         return Err(refuse(
             "macLock",
@@ -162,6 +169,7 @@ trunk = true
 unpinned_mac = true
 socket_owners = ["107"]
 socket_mode = "0660"
+kata_dan = true
 "#,
             None,
         )
@@ -195,6 +203,8 @@ socket_mode = "0660"
         )
         .unwrap();
         assert!(matches!(t.vlan, Vlan::Trunk { .. }));
+        let k = admit(&net(r#","kata":"dan""#), &n, Some("a")).unwrap();
+        assert!(k.mac_lock);
     }
 
     #[test]
@@ -245,6 +255,11 @@ socket_mode = "0660"
                 r#","socketOwner":"107""#,
                 None,
                 "socketOwner: \"107\" is not allowed",
+            ),
+            (
+                r#","kata":"dan""#,
+                None,
+                "kata: writing Kata DAN entries is not allowed (kata_dan = false)",
             ),
         ] {
             let e = admit(&net(extra), &n, ns).unwrap_err();

@@ -85,6 +85,12 @@ pub fn tap_name(port: &str) -> String {
     format!("vhu{:012x}", fnv(2, &[port]) & 0xffff_ffff_ffff)
 }
 
+/// The host TAP of a Kata `host-tap` attachment: `vhuk` + 11 hex (15
+/// characters, `IFNAMSIZ` - 1), derived from the port name.
+pub fn host_tap_name(port: &str) -> String {
+    format!("vhuk{:011x}", fnv(4, &[port]) & 0x7ff_ffff_ffff)
+}
+
 /// A MAC derived from the port name: locally administered, unicast.
 pub fn derived_mac(port: &str) -> MacAddr {
     let h = fnv(3, &[port]).to_be_bytes();
@@ -309,6 +315,10 @@ mod tests {
         let t = tap_name(&p);
         assert_eq!(t.len(), 15);
         assert!(vhu_api::port::check_ifname(&t).is_ok());
+        let h = host_tap_name(&p);
+        assert_eq!(h.len(), 15, "{h}");
+        assert!(h.starts_with("vhuk") && vhu_api::port::check_ifname(&h).is_ok());
+        assert_ne!(h, host_tap_name(&port_name("net1", "abc", "eth2")));
         assert!(derived_mac(&p).is_unicast());
         assert_eq!(derived_mac(&p).0[0], 0x02);
         assert_eq!(pod_socket_path("net1"), "/var/run/vhu/net1/sock");

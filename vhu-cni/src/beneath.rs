@@ -139,6 +139,27 @@ pub fn ensure_dir(dir: impl AsFd, name: &OsStr, mode: u32) -> std::io::Result<Ow
     open_dir_at(dir, name)
 }
 
+/// Opens directory `name` in `dir`, creating it when it is missing, and
+/// gives it `owner`/`group` and `mode` through its fd; never through a
+/// link.
+///
+/// # Errors
+/// The failing call's error (`ELOOP`/`ENOTDIR` for a link or a file).
+pub fn ensure_dir_owned(
+    dir: impl AsFd,
+    name: &OsStr,
+    owner: Option<u32>,
+    group: Option<u32>,
+    mode: u32,
+) -> std::io::Result<OwnedFd> {
+    let fd = ensure_dir(dir, name, 0o700)?;
+    if owner.is_some() || group.is_some() {
+        rfs::fchown(&fd, owner.map(Uid::from_raw), group.map(Gid::from_raw)).map_err(io)?;
+    }
+    rfs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(io)?;
+    Ok(fd)
+}
+
 /// Whether anything (a link included) is at `name` in `dir`.
 ///
 /// # Errors

@@ -15,6 +15,7 @@ use crate::admission;
 use crate::attach::{self, HostDirs, Record};
 use crate::beneath;
 use crate::config::{self, Kind, NetConf, SPEC_VERSION, SUPPORTED_VERSIONS};
+use crate::dan::{self, SandboxLock};
 use crate::env::{CniEnv, Command};
 use crate::error::{
     CniError, CHECK_FAILED, COLLISION, INCOMPATIBLE_VERSION, SWITCH_REFUSED, TRY_AGAIN, UNAVAILABLE,
@@ -251,11 +252,13 @@ fn device_info_dir(
     Ok((dir, name))
 }
 
-fn write_device_info(path: &str, conf: &NetConf, pod_socket: &str) -> Result<(), CniError> {
+/// Writes the device-info file: `socket` is the path the VM opens (the
+/// in-pod path; a Kata VMM's host path).
+fn write_device_info(path: &str, conf: &NetConf, socket: &str) -> Result<(), CniError> {
     let info = json!({
         "type": "vhost-user",
         "version": "1.1.0",
-        "vhost-user": {"mode": conf.vm_role.device_info_mode(), "path": pod_socket},
+        "vhost-user": {"mode": conf.vm_role.device_info_mode(), "path": socket},
     });
     let fail =
         |e: std::io::Error| CniError::io(format!("cannot write the device-info file {path}"), &e);
@@ -421,8 +424,13 @@ fn add(node: &NodeConfig, conf: &NetConf, env: &CniEnv) -> Result<Value, CniErro
         (None, None, None) => attach::derived_mac(&port),
     };
     let dirs = match conf.kind {
-        Kind::VhostUser => Some(attach::host_dirs(conf, env)?),
-        Kind::Tap => None,
+        Kind::VhostUser if !conf.kata_dan => Some(attach::host_dirs(conf, env)?),
+        _ => None,
+    };
+    let kata = if conf.kata_dan {
+        Some(KataDevice::of(conf, env, &port)?)
+    } else {
+        None
     };
 
     // Everything that can be checked without changing anything.
@@ -458,6 +466,9 @@ fn add(node: &NodeConfig, conf: &NetConf, env: &CniEnv) -> Result<Value, CniErro
             ));
         }
     }
+    if let Some(k) = &kata {
+        k.check_free()?;
+    }
     let ipam = Ipam::find(conf, env)?;
     reconcile(conf);
     if get_port(conf, &port)?.is_some() {
@@ -477,8 +488,22 @@ fn add(node: &NodeConfig, conf: &NetConf, env: &CniEnv) -> Result<Value, CniErro
     spec.attachment = Some(owner.label());
     spec.mtu = conf.mtu;
     spec.queues = conf.queues;
-    match (conf.kind, &dirs) {
-        (Kind::VhostUser, Some(d)) => {
+    match (conf.kind, &dirs, &kata) {
+        (Kind::VhostUser, None, Some(k)) => {
+            // The VMM listens; the switch connects, and reconnects after
+            // either side restarts.
+            spec.role = Some(vhu_api::Role::Client);
+            spec.socket = Some(k.socket.display().to_string());
+            spec.mac = Some(vec![mac]);
+        }
+        (Kind::HostTap, _, Some(k)) => {
+            // The VMM holds the TAP's queues; the switch is on its network
+            // side.
+            spec.kind = PortKind::AfPacket;
+            spec.interface = Some(k.tap.clone());
+            spec.mac = Some(vec![mac]);
+        }
+        (Kind::VhostUser, Some(d), _) => {
             spec.role = Some(conf.vm_role.switch_role());
             spec.socket = Some(d.socket.display().to_string());
             if conf.vm_role.switch_role() == vhu_api::Role::Server {
@@ -506,6 +531,11 @@ fn add(node: &NodeConfig, conf: &NetConf, env: &CniEnv) -> Result<Value, CniErro
         )));
     }
 
+    // Held until the ADD is done: one ADD or DEL of a sandbox at a time.
+    let lock = match &kata {
+        Some(_) => Some(SandboxLock::take(&conf.state_dir, &env.container_id)?),
+        None => None,
+    };
     let mut undo = Undo::default();
     let result = (|| {
         let ipam_result = match &ipam {
@@ -521,6 +551,10 @@ fn add(node: &NodeConfig, conf: &NetConf, env: &CniEnv) -> Result<Value, CniErro
         if let Some(d) = &dirs {
             undo.push(move || remove_dirs(d));
             make_dirs(conf, d)?;
+        }
+        if let Some(k) = &kata {
+            undo.push(move || k.remove_host_side(conf));
+            k.make_host_side(conf)?;
         }
         let body = serde_json::to_vec(&spec).unwrap_or_default();
         call(conf, "POST", "/ports", Some(&body))
@@ -546,10 +580,34 @@ fn add(node: &NodeConfig, conf: &NetConf, env: &CniEnv) -> Result<Value, CniErro
                 routes,
             })?;
         }
-        let pod_socket = attach::pod_socket_path(&env.ifname);
+        // The socket the VM opens: a Kata VMM's is on the host.
+        let vm_socket = match &kata {
+            Some(k) => k.socket.display().to_string(),
+            None => attach::pod_socket_path(&env.ifname),
+        };
         if let (Some(f), Kind::VhostUser) = (&conf.runtime.device_info_file, conf.kind) {
             undo.push(move || remove_device_info(conf, f));
-            write_device_info(f, conf, &pod_socket)?;
+            write_device_info(f, conf, &vm_socket)?;
+        }
+        if let (Some(k), Some(lock)) = (&kata, &lock) {
+            let entry = dan::entry(
+                &env.ifname,
+                &mac.to_string(),
+                k.device.clone(),
+                conf.mtu,
+                &ipam_result
+                    .as_ref()
+                    .map(result::ipam_addrs)
+                    .unwrap_or_default(),
+                &ipam_result
+                    .as_ref()
+                    .map(result::ipam_routes)
+                    .unwrap_or_default(),
+            );
+            dan::add_device(&conf.kata, &env.container_id, &entry, lock)?;
+            undo.push(move || {
+                let _ = dan::remove_device(&conf.kata, &env.container_id, &entry, lock);
+            });
         }
         attach::write_record(conf, &Record::new(conf, env, &port))?;
         Ok(result::build(
@@ -559,7 +617,13 @@ fn add(node: &NodeConfig, conf: &NetConf, env: &CniEnv) -> Result<Value, CniErro
                 mac: mac.to_string(),
                 sandbox: env.netns.clone(),
                 mtu: conf.mtu,
-                socket_path: dirs.as_ref().map(|d| d.socket.display().to_string()),
+                socket_path: match (&dirs, &kata) {
+                    (Some(d), _) => Some(d.socket.display().to_string()),
+                    (None, Some(k)) if conf.kind == Kind::VhostUser => {
+                        Some(k.socket.display().to_string())
+                    }
+                    _ => None,
+                },
             },
             ipam_result.as_ref(),
         ))
@@ -569,6 +633,116 @@ fn add(node: &NodeConfig, conf: &NetConf, env: &CniEnv) -> Result<Value, CniErro
         Err(e) => {
             undo.run();
             Err(e)
+        }
+    }
+}
+
+// ===== Kata DAN =====
+
+/// The host side of a Kata DAN attachment: the socket the VMM creates, or
+/// the host TAP the VMM opens; and its DAN device.
+#[derive(Debug, Clone)]
+struct KataDevice {
+    /// vhost-user: `<socket_dir>/<sandbox id>/<ifname>.sock`.
+    socket: std::path::PathBuf,
+    /// host-tap: the TAP's name.
+    tap: String,
+    /// The DAN file's `device`.
+    device: dan::Device,
+    sandbox: String,
+    ifname: String,
+}
+
+impl KataDevice {
+    fn of(conf: &NetConf, env: &CniEnv, port: &str) -> Result<Self, CniError> {
+        dan::check_sandbox_id(&env.container_id)?;
+        let socket = dan::socket_path(&conf.kata, &env.container_id, &env.ifname);
+        let tap = attach::host_tap_name(port);
+        let host_tap = conf.kind == Kind::HostTap;
+        let device = dan::device(
+            host_tap.then_some(tap.as_str()),
+            &socket,
+            conf.queues.unwrap_or(1),
+            conf.kata.queue_size,
+        );
+        Ok(Self {
+            socket,
+            tap,
+            device,
+            sandbox: env.container_id.clone(),
+            ifname: env.ifname.clone(),
+        })
+    }
+
+    /// Its DAN entry as far as DEL needs it (name and device).
+    fn stub(&self) -> dan::DanDevice {
+        dan::entry(&self.ifname, "", self.device.clone(), None, &[], &[])
+    }
+
+    /// What can be checked before anything changes: the TAP's name is
+    /// free; the socket's path fits `sun_path` (the VMM binds it).
+    fn check_free(&self) -> Result<(), CniError> {
+        match &self.device {
+            dan::Device::HostTap { .. } => {
+                if link::host_link(&self.tap) != link::HostLink::None {
+                    return Err(CniError::new(
+                        COLLISION,
+                        format!(
+                            "the host has a link {} already (a DEL was missed, or it is not \
+                             this plugin's)",
+                            self.tap
+                        ),
+                    ));
+                }
+            }
+            dan::Device::VhostUser { .. } => {
+                let len = self.socket.as_os_str().len();
+                if len > 107 {
+                    return Err(CniError::config(format!(
+                        "the socket {} is {len} bytes, more than a VMM can bind (107): shorten \
+                         [kata] socket_dir",
+                        self.socket.display()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the host TAP, or prepares the socket's directory.
+    fn make_host_side(&self, conf: &NetConf) -> Result<(), CniError> {
+        match &self.device {
+            dan::Device::HostTap { queue_num, .. } => {
+                link::create_host_tap(&self.tap, u32::try_from(*queue_num).unwrap_or(1), conf.mtu)
+            }
+            dan::Device::VhostUser { .. } => {
+                let uid = conf
+                    .kata
+                    .socket_owner
+                    .as_deref()
+                    .map(|o| resolve_id("/etc/passwd", "kata.socket_owner", o))
+                    .transpose()?;
+                let gid = conf
+                    .kata
+                    .socket_group
+                    .as_deref()
+                    .map(|g| resolve_id("/etc/group", "kata.socket_group", g))
+                    .transpose()?;
+                dan::prepare_socket_dir(&conf.kata, &self.sandbox, &self.ifname, uid, gid)
+            }
+        }
+    }
+
+    /// Removes the host TAP, or what the VMM left of its socket (and the
+    /// sandbox's socket directory once empty). Gone already is fine.
+    fn remove_host_side(&self, conf: &NetConf) {
+        match &self.device {
+            dan::Device::HostTap { .. } => {
+                let _ = link::remove_host_tap(&self.tap);
+            }
+            dan::Device::VhostUser { .. } => {
+                dan::remove_socket(&conf.kata, &self.sandbox, &self.ifname);
+            }
         }
     }
 }
@@ -587,15 +761,30 @@ fn remove(
     owner: &Owner,
     ipam: Option<&Ipam>,
 ) -> Result<(), CniError> {
-    if conf.kind == Kind::VhostUser {
-        let env = CniEnv {
-            container_id: rec.container_id.clone(),
-            ifname: rec.ifname.clone(),
-            netns: rec.netns.clone(),
-            args: crate::env::parse_args(&rec.args).unwrap_or_default(),
-            args_raw: rec.args.clone(),
-            path: Vec::new(),
-        };
+    let env = CniEnv {
+        container_id: rec.container_id.clone(),
+        ifname: rec.ifname.clone(),
+        netns: rec.netns.clone(),
+        args: crate::env::parse_args(&rec.args).unwrap_or_default(),
+        args_raw: rec.args.clone(),
+        path: Vec::new(),
+    };
+    // Kata DAN: the entry goes first (a sandbox created from now on does
+    // not get the device), under the sandbox's lock until the host side is
+    // gone too.
+    let kata = if conf.kata_dan {
+        KataDevice::of(conf, &env, &owner.port).ok()
+    } else {
+        None
+    };
+    let mut lock = None;
+    let mut dan_gone = false;
+    if let Some(k) = &kata {
+        let l = SandboxLock::take(&conf.state_dir, &k.sandbox)?;
+        dan_gone = dan::remove_device(&conf.kata, &k.sandbox, &k.stub(), &l)?;
+        lock = Some(l);
+    }
+    if conf.kind == Kind::VhostUser && kata.is_none() {
         let mut c = conf.clone();
         c.device_id = conf.device_id.clone().or_else(|| rec.device_id.clone());
         if let Ok(d) = attach::host_dirs(&c, &env) {
@@ -611,6 +800,12 @@ fn remove(
         Ok(()) => {}
         Err(ClientError::Io(_)) => defer_delete(conf, owner)?,
         Err(e) => return Err(switch_error(conf, e, "remove the port")),
+    }
+    if let Some(k) = &kata {
+        k.remove_host_side(conf);
+    }
+    if let (Some(l), true) = (lock, dan_gone) {
+        l.release_and_remove();
     }
     if let Some(i) = ipam {
         i.call(
@@ -674,6 +869,7 @@ fn check(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
     let want_kind = match conf.kind {
         Kind::VhostUser => PortKind::VhostUser,
         Kind::Tap => PortKind::Tap,
+        Kind::HostTap => PortKind::AfPacket,
     };
     if !Owner::of(conf, env, &port).owns(&view) {
         return Err(failed(format!(
@@ -694,7 +890,53 @@ fn check(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
+    if conf.kata_dan {
+        let k = KataDevice::of(conf, env, &port)?;
+        let want = match conf.kind {
+            Kind::HostTap => k.tap.clone(),
+            _ => k.socket.display().to_string(),
+        };
+        let have = view
+            .spec
+            .interface
+            .clone()
+            .or_else(|| view.spec.socket.clone());
+        if have.as_deref() != Some(want.as_str()) {
+            return Err(failed(format!(
+                "port {port} is on {have:?}, expected {want:?}"
+            )));
+        }
+        if conf.kind == Kind::HostTap && link::host_link(&k.tap) != link::HostLink::Tun {
+            return Err(failed(format!("the host TAP {} is gone", k.tap)));
+        }
+        if !dan::has_device(&conf.kata, &k.sandbox, &k.stub()) {
+            return Err(failed(format!(
+                "the DAN file {} has no device {} on {want}",
+                dan::file_path(&conf.kata, &k.sandbox).display(),
+                env.ifname
+            )));
+        }
+    } else {
+        check_pod_side(conf, env, &port, &view, &prev_mac)?;
+    }
+    if let Some(i) = Ipam::find(conf, env)? {
+        i.call(conf, "CHECK", &[])?;
+    }
+    Ok(())
+}
+
+/// CHECK of a pod's attachment: the socket and its directory, or the
+/// pod's TAP and its MAC.
+fn check_pod_side(
+    conf: &NetConf,
+    env: &CniEnv,
+    port: &str,
+    view: &PortView,
+    prev_mac: &str,
+) -> Result<(), CniError> {
+    let failed = |m: String| CniError::new(CHECK_FAILED, m);
     match conf.kind {
+        Kind::HostTap => {}
         Kind::VhostUser => {
             let d = attach::host_dirs(conf, env)?;
             let sock = d.socket.display().to_string();
@@ -718,7 +960,7 @@ fn check(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
                     env.ifname
                 )))
             }
-            Some(m) if !m.eq_ignore_ascii_case(&prev_mac) => {
+            Some(m) if !m.eq_ignore_ascii_case(prev_mac) => {
                 return Err(failed(format!(
                     "interface {} has MAC {m}, the ADD gave it {prev_mac}",
                     env.ifname
@@ -726,9 +968,6 @@ fn check(conf: &NetConf, env: &CniEnv) -> Result<(), CniError> {
             }
             Some(_) => {}
         },
-    }
-    if let Some(i) = Ipam::find(conf, env)? {
-        i.call(conf, "CHECK", &[])?;
     }
     Ok(())
 }

@@ -54,6 +54,7 @@ const OWN_FIELDS: &[&str] = &[
     "socketMode",
     "stateDir",
     "deviceDir",
+    "kata",
 ];
 
 /// The interface a pod gets.
@@ -63,6 +64,21 @@ pub enum Kind {
     VhostUser,
     /// A TAP moved into the pod's network namespace.
     Tap,
+    /// A persistent TAP in the host's namespace for a Kata VMM to open
+    /// (a DAN `host-tap` device), served by the switch from its network
+    /// side (an `af_packet` port on it). Only with `"kata": "dan"`.
+    HostTap,
+}
+
+impl Kind {
+    /// The name a network gives.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::VhostUser => "vhost-user",
+            Kind::Tap => "tap",
+            Kind::HostTap => "host-tap",
+        }
+    }
 }
 
 /// Who creates the vhost-user socket, named from the VM's side.
@@ -170,6 +186,11 @@ pub struct NetConf {
     pub prev_result: Option<Value>,
     /// `cni.dev/valid-attachments`.
     pub valid_attachments: Option<Vec<ValidAttachment>>,
+    /// `"kata": "dan"`: the attachment is a device of the sandbox's Kata
+    /// runtime-rs DAN file ([`crate::dan`]).
+    pub kata_dan: bool,
+    /// The node's Kata settings.
+    pub kata: crate::node::Kata,
 }
 
 #[derive(Deserialize)]
@@ -200,6 +221,7 @@ struct Own {
     prev_result: Option<Value>,
     #[serde(rename = "cni.dev/valid-attachments")]
     valid_attachments: Option<Vec<ValidAttachment>>,
+    kata: Option<String>,
 }
 
 /// The `cniVersion` of a configuration, if it has a readable one (for the
@@ -340,17 +362,65 @@ impl NetConf {
         let kind = match own.kind.as_deref() {
             Some("vhost-user") => Kind::VhostUser,
             Some("tap") => Kind::Tap,
+            Some("host-tap") => Kind::HostTap,
             Some(k) => {
                 return Err(CniError::config(format!(
-                    "kind {k:?} is unknown; use \"vhost-user\" or \"tap\""
+                    "kind {k:?} is unknown; use \"vhost-user\", \"tap\" or \"host-tap\""
                 )))
             }
             None => {
                 return Err(CniError::config(
-                    "kind is missing; use \"vhost-user\" or \"tap\"",
+                    "kind is missing; use \"vhost-user\", \"tap\" or \"host-tap\"",
                 ))
             }
         };
+        let kata_dan = match own.kata.as_deref() {
+            None => false,
+            Some("dan") => true,
+            Some(k) => {
+                return Err(CniError::config(format!(
+                    "kata {k:?} is unknown; use \"dan\" (write the device into the sandbox's \
+                     Kata runtime-rs DAN file) or remove it"
+                )))
+            }
+        };
+        match (kind, kata_dan) {
+            (Kind::HostTap, false) => {
+                return Err(CniError::config(
+                    "kind \"host-tap\" is a Kata DAN device: add \"kata\": \"dan\"",
+                ))
+            }
+            (Kind::Tap, true) => {
+                return Err(CniError::config(
+                    "\"kata\": \"dan\" takes kind \"host-tap\" or \"vhost-user\"; a \"tap\" \
+                     is a TAP in the pod, which Kata runtime-rs does not attach",
+                ))
+            }
+            _ => {}
+        }
+        if kata_dan {
+            for (present, f) in [
+                (
+                    own.vm_role.as_deref().is_some_and(|r| r != "server"),
+                    "vmRole",
+                ),
+                (own.host_socket_dir.is_some(), "hostSocketDir"),
+                (own.socket_owner.is_some(), "socketOwner"),
+                (own.socket_group.is_some(), "socketGroup"),
+                (own.socket_mode.is_some(), "socketMode"),
+                (own.device_dir.is_some(), "deviceDir"),
+                (own.device_id.is_some(), "deviceID"),
+                (own.mac_lock == Some(false), "macLock"),
+            ] {
+                if present {
+                    return Err(CniError::config(format!(
+                        "{f} does not apply to a Kata DAN device (the VMM creates its socket in \
+                         the node's [kata] socket_dir; its port is locked to the guest's MAC); \
+                         remove it"
+                    )));
+                }
+            }
+        }
         let vhost = kind == Kind::VhostUser;
         if !vhost {
             for (present, f) in [
@@ -394,7 +464,11 @@ impl NetConf {
         probe.group = own.socket_group.clone();
         probe.mode = own.socket_mode.clone();
         if !vhost {
-            probe.kind = PortKind::Tap;
+            probe.kind = if kind == Kind::HostTap {
+                PortKind::AfPacket
+            } else {
+                PortKind::Tap
+            };
             probe.role = None;
             probe.interface = Some("probe".into());
         }
@@ -554,6 +628,8 @@ impl NetConf {
             runtime,
             prev_result: own.prev_result,
             valid_attachments: own.valid_attachments,
+            kata_dan,
+            kata: node.kata.clone(),
         })
     }
 
@@ -736,6 +812,55 @@ device_info_dir = "/run/di""#,
             NetConf::parse(conf(r#","kind":"tap","deviceDir":"/run/vhu/dp""#, "1.0.0").as_bytes())
                 .unwrap_err();
         assert!(e.msg.contains("deviceDir applies only"), "{e}");
+    }
+
+    #[test]
+    fn kata_dan_networks() {
+        let p = |extra: &str| NetConf::parse(conf(extra, "1.0.0").as_bytes());
+        let c = p(r#","kind":"host-tap","kata":"dan","queues":4,"mtu":9000"#).unwrap();
+        assert_eq!(
+            (c.kind, c.kata_dan, c.queues),
+            (Kind::HostTap, true, Some(4))
+        );
+        assert_eq!(c.kata, crate::node::Kata::default());
+        let c = p(r#","kind":"vhost-user","kata":"dan","vmRole":"server""#).unwrap();
+        assert_eq!((c.kind, c.kata_dan), (Kind::VhostUser, true));
+        assert!(!p(r#","kind":"vhost-user""#).unwrap().kata_dan);
+        for (extra, msg) in [
+            (r#","kind":"host-tap""#, "add \"kata\": \"dan\""),
+            (
+                r#","kind":"tap","kata":"dan""#,
+                "takes kind \"host-tap\" or \"vhost-user\"",
+            ),
+            (
+                r#","kind":"vhost-user","kata":"go""#,
+                "kata \"go\" is unknown",
+            ),
+            (
+                r#","kind":"vhost-user","kata":"dan","vmRole":"client""#,
+                "vmRole does not apply to a Kata DAN device",
+            ),
+            (
+                r#","kind":"vhost-user","kata":"dan","socketMode":"0660""#,
+                "socketMode does not apply",
+            ),
+            (
+                r#","kind":"vhost-user","kata":"dan","deviceID":"vhu1""#,
+                "deviceID does not apply",
+            ),
+            (
+                r#","kind":"vhost-user","kata":"dan","macLock":false"#,
+                "macLock does not apply",
+            ),
+            (
+                r#","kind":"host-tap","kata":"dan","queues":65"#,
+                "queues: 65",
+            ),
+        ] {
+            let e = p(extra).expect_err(extra);
+            assert_eq!(e.code, INVALID_CONFIG, "{extra}: {e}");
+            assert!(e.msg.contains(msg), "{extra}: {:?} lacks {msg:?}", e.msg);
+        }
     }
 
     #[test]

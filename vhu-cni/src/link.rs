@@ -3,7 +3,9 @@
 //! the pod's network namespace through util-linux's `nsenter`): the switch
 //! creates the TAP in `CNI_NETNS` as `CNI_IFNAME` (persistent, so that it
 //! outlives a restart of the switch); this sets its MAC, MTU, addresses and
-//! routes and brings it up; and reads it back for CHECK.
+//! routes and brings it up; and reads it back for CHECK. For `host-tap`
+//! attachments (Kata DAN) it creates, checks and removes the persistent
+//! TAP in the host's namespace that the VMM opens.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -130,4 +132,66 @@ pub fn mac_of(netns: &str, ifname: &str) -> Result<Option<String>, CniError> {
         }
     }
     Ok(None)
+}
+
+/// What a host link name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostLink {
+    /// No link of that name.
+    None,
+    /// A TUN/TAP device (it has `tun_flags` in sysfs).
+    Tun,
+    /// Another kind of link.
+    Other,
+}
+
+/// What link `name` is in the host's namespace (the plugin's own, whose
+/// sysfs is mounted at `/sys`).
+pub fn host_link(name: &str) -> HostLink {
+    let dir = PathBuf::from("/sys/class/net").join(name);
+    if name.contains('/') || !dir.exists() {
+        HostLink::None
+    } else if dir.join("tun_flags").exists() {
+        HostLink::Tun
+    } else {
+        HostLink::Other
+    }
+}
+
+/// Creates the persistent TAP `name` in the host's namespace for a VMM to
+/// open: `IFF_VNET_HDR`, multiqueue iff `queues` > 1 (the flag a VMM's
+/// `TUNSETIFF` must match), its MTU, IPv6 off and ARP ignored (the
+/// host's stack has nothing to say to the guest), up.
+///
+/// # Errors
+/// Code 102 with `ip`'s message.
+pub fn create_host_tap(name: &str, queues: u32, mtu: Option<u32>) -> Result<(), CniError> {
+    let mut args = vec!["tuntap", "add", "dev", name, "mode", "tap", "vnet_hdr"];
+    if queues > 1 {
+        args.push("multi_queue");
+    }
+    ip(None, &args)?;
+    // The host's stack sees what the guest sends on the TAP: it answers
+    // nothing there (no IPv6, no ARP for the host's addresses).
+    let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), b"1");
+    let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{name}/arp_ignore"), b"8");
+    let mtu = mtu.map(|m| m.to_string());
+    let mut args = vec!["link", "set", "dev", name];
+    if let Some(m) = &mtu {
+        args.extend(["mtu", m.as_str()]);
+    }
+    args.push("up");
+    ip(None, &args).map(drop)
+}
+
+/// Removes the host TAP `name` if it is one (a TUN/TAP device); gone
+/// already is fine, another kind of link is left alone.
+///
+/// # Errors
+/// Code 102 with `ip`'s message.
+pub fn remove_host_tap(name: &str) -> Result<(), CniError> {
+    match host_link(name) {
+        HostLink::Tun => ip(None, &["link", "del", "dev", name]).map(drop),
+        HostLink::None | HostLink::Other => Ok(()),
+    }
 }

@@ -30,10 +30,19 @@
 //! flood_rate = 10000      # the ports' flood limit, frames/s (the switch's `flood_rate`); absent: the switch's default
 //! flood_burst = 1000      # the flood limit's burst, frames
 //! mac_limit = 64          # the ports' share of the FDB (the switch's `mac_limit`); absent: the switch's default
+//! kata_dan = false        # whether a network may write Kata DAN entries ("kata": "dan")
 //!
 //! [namespace.tenant-a]    # keys not given here are [default]'s
 //! vlan = 10
 //! vlans = [11, 12]
+//!
+//! [kata]                  # Kata runtime-rs's Directly Attachable Network (crate::dan)
+//! dan_dir = "/run/kata-containers/dans"   # runtime-rs's dan_conf
+//! socket_dir = "/run/vhu/kata"            # vhost-user: <socket_dir>/<sandbox id>/<ifname>.sock
+//! socket_owner = "0"      # owner of <socket_dir>/<sandbox id> (the VMM's user); default root
+//! socket_group = "0"      # its group; default root
+//! socket_dir_mode = "0700" # its mode
+//! queue_size = 256        # every DAN device's queue_size
 //! ```
 //!
 //! Every error of the file is reported at once, each with its key.
@@ -70,6 +79,19 @@ pub const DEFAULT_IPAM: &[&str] = &["host-local", "static"];
 pub const SELF_NAME: &str = "vhu-cni";
 /// The default widest socket mode: the owner only.
 pub const DEFAULT_SOCKET_MODE: u32 = 0o600;
+/// Default DAN directory: Kata's `dan_conf` as shipped in every runtime-rs
+/// configuration (`DEFDANCONF` in its Makefile).
+pub const DEFAULT_DAN_DIR: &str = "/run/kata-containers/dans";
+/// Default parent of the vhost-user DAN sockets' per-sandbox directories.
+pub const DEFAULT_KATA_SOCKET_DIR: &str = "/run/vhu/kata";
+/// Default mode of a sandbox's socket directory: the VMM and the switch
+/// both run as root in the shipped deployments.
+pub const DEFAULT_KATA_SOCKET_DIR_MODE: u32 = 0o700;
+/// Default DAN `queue_size`: Kata's own default for a `0` (runtime-rs 4.0+),
+/// written explicitly because older releases passed `0` through.
+pub const DEFAULT_KATA_QUEUE_SIZE: u32 = 256;
+/// Largest `queue_size` (virtio's split-ring limit).
+pub const MAX_KATA_QUEUE_SIZE: u32 = 32768;
 
 /// What a network of one namespace may ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +117,8 @@ pub struct Policy {
     pub flood_burst: Option<u32>,
     /// The ports' share of the FDB (`None`: the switch's).
     pub mac_limit: Option<u32>,
+    /// Whether a network may write Kata DAN entries (`"kata": "dan"`).
+    pub kata_dan: bool,
 }
 
 impl Default for Policy {
@@ -110,6 +134,38 @@ impl Default for Policy {
             flood_rate: None,
             flood_burst: None,
             mac_limit: None,
+            kata_dan: false,
+        }
+    }
+}
+
+/// Where and how the plugin writes Kata runtime-rs DAN entries (the
+/// `[kata]` table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kata {
+    /// Kata's `dan_conf`: the DAN files are `<dan_dir>/<sandbox id>.json`.
+    pub dan_dir: PathBuf,
+    /// vhost-user devices' sockets are `<socket_dir>/<sandbox id>/<ifname>.sock`.
+    pub socket_dir: PathBuf,
+    /// Owner of a sandbox's socket directory (`None`: root).
+    pub socket_owner: Option<String>,
+    /// Group of a sandbox's socket directory (`None`: root).
+    pub socket_group: Option<String>,
+    /// Mode of a sandbox's socket directory.
+    pub socket_dir_mode: u32,
+    /// Every DAN device's `queue_size`.
+    pub queue_size: u32,
+}
+
+impl Default for Kata {
+    fn default() -> Self {
+        Self {
+            dan_dir: DEFAULT_DAN_DIR.into(),
+            socket_dir: DEFAULT_KATA_SOCKET_DIR.into(),
+            socket_owner: None,
+            socket_group: None,
+            socket_dir_mode: DEFAULT_KATA_SOCKET_DIR_MODE,
+            queue_size: DEFAULT_KATA_QUEUE_SIZE,
         }
     }
 }
@@ -152,6 +208,8 @@ pub struct NodeConfig {
     pub default: Policy,
     /// Per-namespace policies.
     pub namespaces: BTreeMap<String, Policy>,
+    /// Kata DAN settings.
+    pub kata: Kata,
 }
 
 impl Default for NodeConfig {
@@ -166,6 +224,7 @@ impl Default for NodeConfig {
             ipam: DEFAULT_IPAM.iter().map(|s| (*s).to_owned()).collect(),
             default: Policy::default(),
             namespaces: BTreeMap::new(),
+            kata: Kata::default(),
         }
     }
 }
@@ -183,6 +242,18 @@ struct RawPolicy {
     flood_rate: Option<u32>,
     flood_burst: Option<u32>,
     mac_limit: Option<u32>,
+    kata_dan: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawKata {
+    dan_dir: Option<String>,
+    socket_dir: Option<String>,
+    socket_owner: Option<String>,
+    socket_group: Option<String>,
+    socket_dir_mode: Option<String>,
+    queue_size: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -198,6 +269,8 @@ struct Raw {
     default: RawPolicy,
     #[serde(default)]
     namespace: BTreeMap<String, RawPolicy>,
+    #[serde(default)]
+    kata: RawKata,
 }
 
 /// Checks an absolute path without `.`/`..` components or NUL.
@@ -335,6 +408,7 @@ impl NodeConfig {
                 }
             }
         }
+        c.kata = kata(&raw.kata, &mut errs);
         c.default = policy("default", &raw.default, &Policy::default(), &mut errs);
         for (ns, p) in &raw.namespace {
             if let Err(m) = check_namespace(ns) {
@@ -383,6 +457,61 @@ fn check_namespace(v: &str) -> Result<(), String> {
     }
 }
 
+fn kata(raw: &RawKata, errs: &mut Vec<String>) -> Kata {
+    let mut k = Kata::default();
+    for (key, v, dst) in [
+        ("kata.dan_dir", &raw.dan_dir, &mut k.dan_dir),
+        ("kata.socket_dir", &raw.socket_dir, &mut k.socket_dir),
+    ] {
+        if let Some(v) = v {
+            match check_abs_path(v) {
+                Ok(()) if v == "/" => errs.push(format!("{key}: must not be /")),
+                Ok(()) => *dst = v.trim_end_matches('/').into(),
+                Err(m) => errs.push(format!("{key}: {m}")),
+            }
+        }
+    }
+    // Room for "/<sandbox id of 64>/<ifname of 15>.sock" within sun_path's
+    // 108 bytes: the VMM binds the path itself.
+    let room = 108 - 1 - (1 + 64 + 1 + 15 + 5);
+    if k.socket_dir.as_os_str().len() > room {
+        errs.push(format!(
+            "kata.socket_dir: {} is longer than {room} bytes: a VMM binds its sockets there, \
+             within sun_path's 108",
+            k.socket_dir.display()
+        ));
+    }
+    for (key, v, dst) in [
+        ("kata.socket_owner", &raw.socket_owner, &mut k.socket_owner),
+        ("kata.socket_group", &raw.socket_group, &mut k.socket_group),
+    ] {
+        if let Some(v) = v {
+            match check_id_name(v) {
+                Ok(()) => *dst = Some(v.clone()),
+                Err(m) => errs.push(format!("{key}: {m}")),
+            }
+        }
+    }
+    if let Some(m) = &raw.socket_dir_mode {
+        match parse_mode(m) {
+            Some(m) => k.socket_dir_mode = m,
+            None => errs.push(format!(
+                "kata.socket_dir_mode: {m:?} is not an octal mode such as \"0750\""
+            )),
+        }
+    }
+    if let Some(q) = raw.queue_size {
+        if q.is_power_of_two() && (2..=MAX_KATA_QUEUE_SIZE).contains(&q) {
+            k.queue_size = q;
+        } else {
+            errs.push(format!(
+                "kata.queue_size: {q} is not a power of two in 2-{MAX_KATA_QUEUE_SIZE}"
+            ));
+        }
+    }
+    k
+}
+
 fn policy(at: &str, raw: &RawPolicy, base: &Policy, errs: &mut Vec<String>) -> Policy {
     let mut p = base.clone();
     let vlan_ok = |v: u32| v <= 4094;
@@ -410,6 +539,9 @@ fn policy(at: &str, raw: &RawPolicy, base: &Policy, errs: &mut Vec<String>) -> P
     }
     if let Some(u) = raw.unpinned_mac {
         p.unpinned_mac = u;
+    }
+    if let Some(d) = raw.kata_dan {
+        p.kata_dan = d;
     }
     for (key, list, dst) in [
         ("socket_owners", &raw.socket_owners, &mut p.socket_owners),
@@ -508,11 +640,18 @@ vlan = 100
 socket_owners = ["107"]
 socket_mode = "0660"
 flood_rate = 10000
+kata_dan = true
 [namespace.tenant-a]
 vlan = 10
 vlans = [11, 12]
 trunk = true
 mac_limit = 16
+[kata]
+dan_dir = "/run/kata-containers/dans-rs/"
+socket_dir = "/run/x/kata"
+socket_owner = "107"
+socket_dir_mode = "0750"
+queue_size = 1024
 "#;
         let c = NodeConfig::parse(text.as_bytes(), Some(Path::new("/etc/vhu/cni.toml"))).unwrap();
         assert_eq!(c.default.flood_rate, Some(10000));
@@ -531,6 +670,22 @@ mac_limit = 16
         assert!(a.socket_owners.contains("107"));
         assert_eq!(c.policy(Some("other")).vlan, 100);
         assert_eq!(c.policy(None).vlan, 100);
+        assert!(c.default.kata_dan && c.policy(Some("tenant-a")).kata_dan);
+        assert_eq!(
+            c.kata,
+            Kata {
+                dan_dir: "/run/kata-containers/dans-rs".into(),
+                socket_dir: "/run/x/kata".into(),
+                socket_owner: Some("107".into()),
+                socket_group: None,
+                socket_dir_mode: 0o750,
+                queue_size: 1024,
+            }
+        );
+        let d = NodeConfig::default();
+        assert!(!d.default.kata_dan);
+        assert_eq!(d.kata.dan_dir, PathBuf::from("/run/kata-containers/dans"));
+        assert_eq!(d.kata.queue_size, 256);
     }
 
     #[test]
@@ -548,6 +703,11 @@ socket_owners = ["a b"]
 flood_burst = 0
 mac_limit = 2000000
 [namespace.Bad_Name]
+[kata]
+dan_dir = "dans"
+socket_dir = "/run/a-socket-directory-far-too-long-for-a-vmm-to-bind-a-socket-in"
+socket_dir_mode = "9"
+queue_size = 100
 "#;
         let e =
             NodeConfig::parse(text.as_bytes(), Some(Path::new("/etc/vhu/cni.toml"))).unwrap_err();
@@ -566,6 +726,10 @@ mac_limit = 2000000
             "default.flood_burst: 0 is out of range 1-",
             "default.mac_limit: 2000000 is out of range 1-",
             "namespace.Bad_Name: ",
+            "kata.dan_dir: \"dans\" must be an absolute path",
+            "kata.socket_dir: ",
+            "kata.socket_dir_mode: ",
+            "kata.queue_size: 100 is not a power of two",
         ] {
             assert!(e.msg.contains(want), "{:?} lacks {want:?}", e.msg);
         }
@@ -573,5 +737,7 @@ mac_limit = 2000000
         assert!(e.msg.contains("colour"), "{e}");
         let e = NodeConfig::parse(b"[default]\nvlna = 1", None).unwrap_err();
         assert!(e.msg.contains("vlna"), "{e}");
+        let e = NodeConfig::parse(b"[kata]\ndan_conf = \"/x\"", None).unwrap_err();
+        assert!(e.msg.contains("dan_conf"), "{e}");
     }
 }
