@@ -11,6 +11,10 @@
 //! removed, and a port taken out of the PMD and put back (a port event: its
 //! unit is polled last afterwards, as the PMD's `swap_remove` orders it).
 //!
+//! The PMD decides with `vhu_switch::decide::decide` (the function the
+//! `switching` criterion bench times), so this target checks that
+//! decision as it runs, kept decisions and delivery included.
+//!
 //! The model ([`Model`]), written plainly from the documentation of
 //! `decide`, `vlan` and `fdb`: a map `(vlan, mac) -> (port, static)`,
 //! learning deferred to the end of each source burst (the PMD's design: the

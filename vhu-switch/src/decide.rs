@@ -1,27 +1,42 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
-//! The forwarding decision: given the ingress port and the head of a frame
-//! (copied out of guest memory or lent by an uplink), forward it to one
-//! port, flood its VLAN, or drop it and say why. Pure: it reads and learns
-//! into the FDB, nothing else; it never touches guest memory or a
+//! The forwarding decision: given the ingress port, the head of a frame
+//! (copied out of guest memory or lent by an uplink) and the learn buffer
+//! of the burst it arrived in, forward it to one port, flood its VLAN, or
+//! drop it and say why. [`decide`] is the one decision: the PMD calls it
+//! for every frame it does not take a kept decision for (`pmd::burst`), and
+//! the criterion bench and the `switching` fuzz target run it. Pure: it
+//! reads the FDB (refreshing known sources' timestamps) and notes new
+//! sources in the burst's [`Learns`]; it never touches guest memory or a
 //! destination.
 //!
 //! In order:
 //!
-//! 1. **Source checks**: a multicast or zero source address is malformed; a
+//! 1. **Parse**: the Ethernet header and its tags ([`L2Head::parse`]); a
+//!    runt is dropped (`too_short`).
+//! 2. **Source checks**: a multicast or zero source address is malformed; a
 //!    port locked to its MACs drops any other source (`spoofed`).
-//! 2. **VLAN**: the ingress port's mode admits the frame into one VLAN, or
+//! 3. **VLAN**: the ingress port's mode admits the frame into one VLAN, or
 //!    drops it (`vlan_denied`); see [`crate::vlan`].
-//! 3. **Learning**: `(vlan, src)` is learned on the ingress port (limits and
-//!    moves in [`crate::fdb`]).
-//! 4. **Destination**: broadcast and multicast flood the VLAN; a known
+//! 4. **Learning**, deferred to the end of the burst: a source already on
+//!    the ingress port is refreshed in place ([`Fdb::refresh`]); a static
+//!    entry on another port stays there (the conflict is counted); any other
+//!    source is noted in the burst's [`Learns`] and learned after the burst,
+//!    under the FDB's write lock ([`Learns::learn_into`]; limits and moves
+//!    in [`crate::fdb`]).
+//! 5. **Destination**: broadcast and multicast flood the VLAN; a known
 //!    unicast address goes to its port (or is dropped as `hairpin` when that
 //!    is the ingress port: a frame never goes back where it came from);
 //!    an unknown one floods the VLAN. Flooding never includes the ingress
-//!    port (the caller skips it).
+//!    port (the caller skips it). Within a burst the table does not yet
+//!    hold what the burst noted, so two rules stand in for it: a unicast
+//!    frame to an address the burst noted on the ingress port, or to its own
+//!    new source address, is a `hairpin` drop too (also when the table still
+//!    has that address on the port it left).
 
+use vhost_net_backend::wire::{L2Head, ETH_P_8021Q};
 use vhost_net_backend::DropReason;
 
-use crate::fdb::Fdb;
+use crate::fdb::{Fdb, Learned, Seen};
 use crate::vlan::VlanMode;
 use crate::PortId;
 
@@ -36,7 +51,8 @@ pub struct Ingress {
     pub macs: Vec<[u8; 6]>,
 }
 
-/// The fields of a frame's head the decision reads.
+/// The fields of a frame's head the source checks and the VLAN admission
+/// read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Head {
     /// Destination MAC.
@@ -66,27 +82,157 @@ pub enum Verdict {
     Drop(DropReason),
 }
 
+/// What deciding on a frame found: the verdict, and what its delivery
+/// needs of the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decided {
+    /// Where the frame goes (a `hairpin` drop is a verdict too).
+    pub verdict: Verdict,
+    /// The frame's outer 802.1Q TCI.
+    pub tci: Option<u16>,
+    /// Its source is a static entry on another port (counted per frame:
+    /// a caller repeating this decision for a later frame counts it again).
+    pub conflict: bool,
+}
+
+/// Most sources one burst notes for learning: the PMD's burst (one per
+/// frame at most). A burst that finds more forwards their frames and
+/// learns them in a later burst.
+pub const MAX_LEARNS: usize = 32;
+
+/// The sources a burst found new on (or moved to) its ingress port, learned
+/// after the burst: the burst reads the FDB as it was when it began.
+/// Allocated once ([`MAX_LEARNS`] entries), never grown.
+#[derive(Debug, Clone)]
+pub struct Learns(Vec<(u16, [u8; 6], PortId)>);
+
+impl Default for Learns {
+    fn default() -> Self {
+        Self(Vec::with_capacity(MAX_LEARNS))
+    }
+}
+
+impl Learns {
+    /// Whether the burst noted nothing.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many sources the burst noted.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Forgets what the burst noted.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Whether `(vlan, mac)` was noted.
+    #[inline]
+    fn has(&self, vlan: u16, mac: &[u8; 6]) -> bool {
+        self.0.iter().any(|l| l.0 == vlan && l.1 == *mac)
+    }
+
+    /// Notes `(vlan, mac)` on `port`, unless it is noted already or the
+    /// buffer is full.
+    #[inline]
+    fn note(&mut self, vlan: u16, mac: &[u8; 6], port: PortId) {
+        if self.0.len() < MAX_LEARNS && !self.has(vlan, mac) {
+            self.0.push((vlan, *mac, port));
+        }
+    }
+
+    /// Learns what the burst noted into `fdb` (the caller holds its write
+    /// lock) and forgets it; returns how many were refused for a limit
+    /// ([`Learned::LimitHit`]).
+    pub fn learn_into(&mut self, fdb: &mut Fdb, now: u64) -> u64 {
+        let mut refused = 0;
+        for (vlan, mac, port) in self.0.drain(..) {
+            if fdb.learn(vlan, &mac, port, now) == Learned::LimitHit {
+                refused += 1;
+            }
+        }
+        refused
+    }
+}
+
 #[inline]
 fn is_multicast(mac: &[u8; 6]) -> bool {
     mac[0] & 1 != 0
 }
 
-/// Decides where a frame goes; learns its source. `now` is milliseconds of
-/// a monotonic clock (sampled once per burst).
-///
-/// Hot path: at most two FDB probes, no allocation.
+/// 802.1Q TCI of a head's outer tag, if it is a C-tag.
 #[inline]
-pub fn decide(ingress: &Ingress, head: &Head, fdb: &mut Fdb, now: u64) -> Verdict {
-    match admit(ingress, head) {
-        Ok(vlan) => {
-            fdb.learn(vlan, &head.src, ingress.id, now);
-            destination(ingress.id, vlan, &head.dst, fdb, now)
-        }
-        Err(r) => Verdict::Drop(r),
-    }
+fn outer_tci(l2: &L2Head) -> Option<u16> {
+    l2.vlans()
+        .first()
+        .filter(|v| v.tpid == ETH_P_8021Q)
+        .map(|v| v.tci.0)
 }
 
-/// Steps 1 and 2: the source checks and the VLAN the frame is admitted
+/// Decides where the frame whose head is `head` goes, arriving on
+/// `ingress` in a burst whose new sources are in `learns`; notes its
+/// source there when it is new. `fdb` is the table as the burst began
+/// (read-locked for the burst); `now` is milliseconds of a monotonic clock
+/// (sampled once per burst).
+///
+/// Hot path: one parse of the head, at most two FDB probes, a scan of the
+/// burst's learn buffer, no allocation.
+///
+/// # Errors
+/// The frames dropped before a destination is looked up: runts
+/// (`too_short`), and the source checks and the VLAN admission
+/// (`malformed`, `spoofed`, `vlan_denied`). A frame dropped by its
+/// destination (`hairpin`) is `Ok` with a [`Verdict::Drop`].
+#[inline]
+pub fn decide(
+    ingress: &Ingress,
+    head: &[u8],
+    fdb: &Fdb,
+    learns: &mut Learns,
+    now: u64,
+) -> Result<Decided, DropReason> {
+    let Ok(l2) = L2Head::parse(head) else {
+        return Err(DropReason::TooShort);
+    };
+    let h = Head {
+        dst: l2.dst().0,
+        src: l2.src().0,
+        tci: outer_tci(&l2),
+    };
+    let vlan = admit(ingress, &h)?;
+    // Known: on the ingress port already, or a static entry elsewhere
+    // (not learned: the frame's own address stays where the table has
+    // it, and a frame to it goes there).
+    let seen = fdb.refresh(vlan, &h.src, ingress.id, now);
+    let known = seen != Seen::New;
+    if !known {
+        learns.note(vlan, &h.src, ingress.id);
+    }
+    let mut verdict = destination(ingress.id, vlan, &h.dst, fdb, now);
+    if !matches!(verdict, Verdict::Drop(_))
+        && !is_multicast(&h.dst)
+        && ((!known && h.dst == h.src) || learns.has(vlan, &h.dst))
+    {
+        // An address this burst found on the ingress port (learned when
+        // the burst ends, or a frame to its own new source when the
+        // burst's learn buffer is full): back where it came from, as
+        // step 5 says. Also when the table still has it on another
+        // port (it moved in this burst): not to the port it left.
+        verdict = Verdict::Drop(DropReason::Hairpin);
+    }
+    Ok(Decided {
+        verdict,
+        tci: h.tci,
+        conflict: seen == Seen::StaticElsewhere,
+    })
+}
+
+/// Steps 2 and 3: the source checks and the VLAN the frame is admitted
 /// into.
 ///
 /// # Errors
@@ -105,11 +251,10 @@ pub fn admit(ingress: &Ingress, head: &Head) -> Result<u16, DropReason> {
         .ok_or(DropReason::VlanDenied)
 }
 
-/// Step 4: where a frame admitted into `vlan` goes (after its source was
-/// learned: [`decide`] does it at once, a PMD through [`Fdb::refresh`] and
-/// a learning pass after its burst).
+/// Step 5 against the table alone (without the burst's learn buffer):
+/// where a frame admitted into `vlan` goes.
 #[inline]
-pub fn destination(ingress: PortId, vlan: u16, dst: &[u8; 6], fdb: &Fdb, now: u64) -> Verdict {
+fn destination(ingress: PortId, vlan: u16, dst: &[u8; 6], fdb: &Fdb, now: u64) -> Verdict {
     if is_multicast(dst) {
         return Verdict::Flood { vlan };
     }
@@ -123,12 +268,13 @@ pub fn destination(ingress: PortId, vlan: u16, dst: &[u8; 6], fdb: &Fdb, now: u6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fdb::{FdbConfig, Learned};
+    use crate::fdb::FdbConfig;
     use crate::vlan::VlanSet;
 
     const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
     const B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
     const C: [u8; 6] = [2, 0, 0, 0, 0, 0xc];
+    const D: [u8; 6] = [2, 0, 0, 0, 0, 0xd];
     const BCAST: [u8; 6] = [0xff; 6];
 
     fn port(id: PortId, vlan: VlanMode) -> Ingress {
@@ -142,16 +288,45 @@ mod tests {
     /// One frame: ingress port, dst, src, 802.1Q TCI, time, expected verdict.
     type Step<'a> = (&'a Ingress, [u8; 6], [u8; 6], Option<u16>, u64, Verdict);
 
+    /// A frame's head: addresses, the tag if any, an IPv4 ethertype.
+    fn head(dst: [u8; 6], src: [u8; 6], tci: Option<u16>) -> Vec<u8> {
+        let mut h = [dst, src].concat();
+        if let Some(t) = tci {
+            h.extend_from_slice(&ETH_P_8021Q.to_be_bytes());
+            h.extend_from_slice(&t.to_be_bytes());
+        }
+        h.extend_from_slice(&0x0800u16.to_be_bytes());
+        h.resize(60, 0);
+        h
+    }
+
+    /// Decides on each of `steps` in one burst, then learns what it noted.
     #[track_caller]
-    fn run(f: &mut Fdb, steps: &[Step<'_>]) {
+    fn burst(f: &mut Fdb, steps: &[Step<'_>]) {
+        let mut learns = Learns::default();
         for (i, &(p, dst, src, tci, now, want)) in steps.iter().enumerate() {
-            let h = Head { dst, src, tci };
+            let got = match decide(p, &head(dst, src, tci), f, &mut learns, now) {
+                Ok(d) => {
+                    assert_eq!(d.tci, tci, "step {i}: the outer TCI");
+                    d.verdict
+                }
+                Err(r) => Verdict::Drop(r),
+            };
             assert_eq!(
-                decide(p, &h, f, now),
-                want,
-                "step {i}: {h:?} from port {}",
+                got, want,
+                "step {i}: {dst:02x?} <- {src:02x?} {tci:?} from port {}",
                 p.id
             );
+        }
+        let now = steps.last().map_or(0, |s| s.4);
+        learns.learn_into(f, now);
+    }
+
+    /// Each of `steps` in a burst of its own.
+    #[track_caller]
+    fn run(f: &mut Fdb, steps: &[Step<'_>]) {
+        for s in steps {
+            burst(f, std::slice::from_ref(s));
         }
     }
 
@@ -259,5 +434,71 @@ mod tests {
         );
         assert_eq!(f.counters().moved, 1);
         assert_eq!(f.learn(0, &A, 2, 1_010), Learned::Refreshed);
+    }
+
+    #[test]
+    fn a_burst_knows_the_sources_it_noted_before_the_table_does() {
+        let mut f = Fdb::new(FdbConfig::default());
+        let (p1, p2) = (port(1, VlanMode::default()), port(2, VlanMode::default()));
+        run(&mut f, &[(&p2, BCAST, B, None, 0, flood(0))]);
+        burst(
+            &mut f,
+            &[
+                // A is new on port 1: noted, not yet in the table.
+                (&p1, B, A, None, 1, fwd(2, 0)),
+                // A frame to it from its own port: back where it came from.
+                (&p1, A, C, None, 1, drop(DropReason::Hairpin)),
+                // A frame to its own new source address.
+                (&p1, D, D, None, 1, drop(DropReason::Hairpin)),
+                // B moves to port 1 in this burst: not sent to port 2, the
+                // port it left, although the table still says so.
+                (&p1, BCAST, B, None, 1, flood(0)),
+                (&p1, B, A, None, 1, drop(DropReason::Hairpin)),
+            ],
+        );
+        assert_eq!(f.lookup(0, &A, 2), Some(1), "learned after the burst");
+        assert_eq!(f.lookup(0, &B, 2), Some(1), "moved after the burst");
+        assert_eq!(f.lookup(0, &C, 2), Some(1));
+        // Runts are dropped before anything is noted.
+        let mut learns = Learns::default();
+        assert_eq!(
+            decide(&p1, &head(B, A, None)[..13], &f, &mut learns, 3),
+            Err(DropReason::TooShort)
+        );
+        assert!(learns.is_empty());
+    }
+
+    #[test]
+    fn a_full_learn_buffer_still_forwards_and_hairpins_a_frame_to_itself() {
+        let mut f = Fdb::new(FdbConfig::default());
+        let p1 = port(1, VlanMode::default());
+        let mut learns = Learns::default();
+        for i in 0..MAX_LEARNS as u8 + 4 {
+            let src = [2, 0, 0, 0, 1, i];
+            let d = decide(&p1, &head(BCAST, src, None), &f, &mut learns, 0).unwrap();
+            assert_eq!(d.verdict, flood(0));
+        }
+        assert_eq!(learns.len(), MAX_LEARNS, "the buffer never grows");
+        let me = [2, 0, 0, 0, 2, 0];
+        let d = decide(&p1, &head(me, me, None), &f, &mut learns, 0).unwrap();
+        assert_eq!(d.verdict, drop(DropReason::Hairpin));
+        assert_eq!(learns.learn_into(&mut f, 0), 0);
+        assert!(learns.is_empty());
+        assert_eq!(f.learned_on(1), MAX_LEARNS);
+    }
+
+    #[test]
+    fn a_static_source_on_another_port_is_a_counted_conflict_not_learned() {
+        let mut f = Fdb::new(FdbConfig::default());
+        f.add_static(0, &A, 2).unwrap();
+        let p1 = port(1, VlanMode::default());
+        let mut learns = Learns::default();
+        let d = decide(&p1, &head(BCAST, A, None), &f, &mut learns, 0).unwrap();
+        assert!(d.conflict);
+        assert!(learns.is_empty());
+        // A frame to its own address goes where the table has it.
+        let d = decide(&p1, &head(A, A, None), &f, &mut learns, 0).unwrap();
+        assert_eq!(d.verdict, fwd(2, 0));
+        assert_eq!(f.counters().static_conflicts, 2);
     }
 }

@@ -12,7 +12,7 @@
 //! |---|---|
 //! | [`vlan`] | which VLAN does a frame arriving on this port belong to, and how does it leave another port (tag kept, pushed, popped) |
 //! | [`fdb`] | on which port is `(vlan, mac)`: learning, moves, aging, limits, static entries |
-//! | [`decide`] | given the ingress port and the frame's head: forward to one port, flood the VLAN, or drop (and why) |
+//! | [`decide`] | given the ingress port, the frame's head and its burst's learn buffer: forward to one port, flood the VLAN, or drop (and why); the one decision, which the PMD calls per frame and the criterion bench and the `switching` fuzz target run |
 //! | [`config`] | embedded defaults, the TOML file and flags -> a validated configuration, every error at once with its place |
 //! | [`metrics`] | the Prometheus text exposition of a snapshot of the counters |
 //! | [`persist`] | the ports created through the API, written durably and read back at start |
@@ -25,7 +25,7 @@
 //! |---|---|
 //! | [`endpoint`] | a validated port object -> a vhost-user port or an uplink (what the host refuses is a 409/422) |
 //! | [`link`] | is an uplink's interface still the one its queues are open on: down when it goes, reopened when it comes back |
-//! | [`pmd`] | a PMD thread: source burst -> head parse -> decide -> one copy per destination -> flush |
+//! | [`pmd`] | a PMD thread: source burst -> [`decide::decide`] per frame (or the burst's kept decision for the flow) -> one copy per destination -> flush -> learn the burst's new sources |
 //! | [`switch`] | the port table, the FDB, persistence: what the API's handlers call |
 //! | [`privilege`] | which capabilities each port kind needs, which the switch keeps, the refusal of a port it cannot serve |
 //!

@@ -5,8 +5,8 @@
 //!
 //! ```text
 //! source burst (a guest's TX queue / an uplink queue's RX)
-//!   -> wire::L2Head::parse(head)         the private head copy, never guest memory
-//!   -> admit + Fdb::refresh + destination (read-locked FDB; new sources noted)
+//!   -> decide::decide(head)               the private head copy, never guest memory;
+//!                                         read-locked FDB; new sources noted
 //!   -> per destination queue: its lock, taken once per burst (lazily, kept
 //!      until the burst ends), VLAN tag edit (Spliced: still one copy), MTU
 //!      check, Forwarder::forward into its Sink (guest RX queue or UplinkSink)
@@ -56,9 +56,7 @@ use vhost_net_backend::io::{Uplink, UplinkCounters};
 use vhost_net_backend::poll::{Notify, Step, Token};
 use vhost_net_backend::sink::guest_from_host;
 use vhost_net_backend::stats::DropCounts;
-use vhost_net_backend::wire::{
-    is_vlan_tpid, max_frame_for_mtu, L2Head, ETH_HLEN, ETH_P_8021Q, VLAN_HLEN,
-};
+use vhost_net_backend::wire::{is_vlan_tpid, max_frame_for_mtu, ETH_HLEN, ETH_P_8021Q, VLAN_HLEN};
 use vhost_net_backend::{
     DropReason, ForwardCounters, Forwarder, FrameSource, PollLoop, PollMode, Poller, RxQueue, Sink,
     Spliced, TxQueue, UplinkSink, VirtioNetHdr,
@@ -66,9 +64,9 @@ use vhost_net_backend::{
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::capture::{CaptureTap, Direction};
-use crate::decide::{admit, destination, Head, Ingress, Verdict};
+use crate::decide::{decide, Decided, Ingress, Learns, Verdict};
 use crate::endpoint::End;
-use crate::fdb::{Fdb, Seen};
+use crate::fdb::Fdb;
 use crate::vlan::TagEdit;
 use crate::PortId;
 
@@ -85,8 +83,8 @@ const TOKEN_COMMAND: u64 = u64::MAX >> 8;
 /// Most destination queues one source burst holds at once; a flood to more
 /// flushes and releases them in turn.
 const MAX_HELD: usize = 64;
-/// New sources one burst notes for learning (one per frame at most).
-const MAX_LEARNS: usize = BURST;
+// The burst's learn buffer holds a source per frame.
+const _: () = assert!(crate::decide::MAX_LEARNS == BURST);
 /// Busy rounds between two looks at the RX queues a PMD answers for (idle
 /// rounds always look): a ring change nobody sends frames into is still
 /// acknowledged at once.
@@ -468,7 +466,7 @@ pub struct Pmd {
     units: Vec<Unit>,
     fdb: Arc<RwLock<Fdb>>,
     /// Sources a burst found new or moved, learned after it.
-    learns: Vec<(u16, [u8; 6], PortId)>,
+    learns: Learns,
     commands: Receiver<Command>,
     wake: Arc<EventFd>,
     poller: Poller,
@@ -512,7 +510,7 @@ pub fn new_pmd(
             ports: Vec::new(),
             units: Vec::new(),
             fdb,
-            learns: Vec::with_capacity(MAX_LEARNS),
+            learns: Learns::default(),
             commands: rx,
             wake: Arc::clone(&wake),
             poller,
@@ -928,17 +926,12 @@ impl Pmd {
 
 /// Learns the sources a burst noted (write lock, only if any); returns how
 /// many were refused for a limit ([`crate::fdb::Learned::LimitHit`]).
-fn learn_noted(fdb: &RwLock<Fdb>, learns: &mut Vec<(u16, [u8; 6], PortId)>, now: u64) -> u64 {
-    let mut refused = 0;
-    if !learns.is_empty() {
-        let mut t = fdb.write().unwrap_or_else(|p| p.into_inner());
-        for (vlan, mac, port) in learns.drain(..) {
-            if t.learn(vlan, &mac, port, now) == crate::fdb::Learned::LimitHit {
-                refused += 1;
-            }
-        }
+fn learn_noted(fdb: &RwLock<Fdb>, learns: &mut Learns, now: u64) -> u64 {
+    if learns.is_empty() {
+        return 0;
     }
-    refused
+    let mut t = fdb.write().unwrap_or_else(|p| p.into_inner());
+    learns.learn_into(&mut t, now)
 }
 
 /// Publishes an uplink's counters, queue by queue, into its shared ones.
@@ -968,7 +961,7 @@ struct Held<'a> {
 struct Burst<'a> {
     ports: &'a [Option<Arc<PortDp>>],
     fdb: &'a Fdb,
-    learns: &'a mut Vec<(u16, [u8; 6], PortId)>,
+    learns: &'a mut Learns,
     fwd: &'a mut Forwarder,
     now: u64,
     /// Decision drops of the source.
@@ -1017,16 +1010,6 @@ struct Planned<'a> {
     held: usize,
 }
 
-/// What deciding on a frame found.
-#[derive(Clone, Copy)]
-struct Decided {
-    verdict: Verdict,
-    /// The frame's outer 802.1Q TCI.
-    tci: Option<u16>,
-    /// Its source is a static entry on another port (counted per frame).
-    conflict: bool,
-}
-
 /// Bytes of the head a [`Recent`] decision is keyed by.
 const RECENT_KEY: usize = 16;
 
@@ -1049,20 +1032,11 @@ fn recent_key(head: &[u8]) -> Option<[u8; RECENT_KEY]> {
     one_tag_at_most.then_some(key)
 }
 
-/// 802.1Q TCI of a head's outer tag, if it is a C-tag.
-#[inline]
-fn outer_tci(l2: &L2Head) -> Option<u16> {
-    l2.vlans()
-        .first()
-        .filter(|v| v.tpid == ETH_P_8021Q)
-        .map(|v| v.tci.0)
-}
-
 impl<'a> Burst<'a> {
     fn new(
         ports: &'a [Option<Arc<PortDp>>],
         fdb: &'a Fdb,
-        learns: &'a mut Vec<(u16, [u8; 6], PortId)>,
+        learns: &'a mut Learns,
         fwd: &'a mut Forwarder,
         now: u64,
         src_id: PortId,
@@ -1122,7 +1096,7 @@ impl<'a> Burst<'a> {
                 return;
             }
         }
-        let d = match self.decide(ingress, head) {
+        let d = match decide(ingress, head, self.fdb, self.learns, self.now) {
             Ok(d) => d,
             Err(r) => {
                 self.drops.add(r, 1);
@@ -1155,51 +1129,6 @@ impl<'a> Burst<'a> {
         if p.dst.takes(hdr, len) {
             self.push_held(p.held, p.dst.uplink_accepts, hdr, frame);
         }
-    }
-
-    /// The decision on a frame's head, and its outer 802.1Q TCI; the source
-    /// noted for learning. `Err` for the frames dropped before the decision
-    /// (runts, admission), not kept as [`Recent`].
-    #[inline]
-    fn decide(&mut self, ingress: &Ingress, head: &[u8]) -> Result<Decided, DropReason> {
-        let Ok(l2) = L2Head::parse(head) else {
-            return Err(DropReason::TooShort);
-        };
-        let h = Head {
-            dst: l2.dst().0,
-            src: l2.src().0,
-            tci: outer_tci(&l2),
-        };
-        let vlan = admit(ingress, &h)?;
-        // Known: on the ingress port already, or a static entry elsewhere
-        // (not learned: the frame's own address stays where the table has
-        // it, and a frame to it goes there).
-        let seen = self.fdb.refresh(vlan, &h.src, ingress.id, self.now);
-        let known = seen != Seen::New;
-        if !known
-            && self.learns.len() < MAX_LEARNS
-            && !self.learns.iter().any(|l| l.0 == vlan && l.1 == h.src)
-        {
-            self.learns.push((vlan, h.src, ingress.id));
-        }
-        let mut verdict = destination(ingress.id, vlan, &h.dst, self.fdb, self.now);
-        if !matches!(verdict, Verdict::Drop(_))
-            && h.dst[0] & 1 == 0
-            && ((!known && h.dst == h.src)
-                || self.learns.iter().any(|l| l.0 == vlan && l.1 == h.dst))
-        {
-            // An address this burst found on the ingress port (learned when
-            // the burst ends, or a frame to its own new source when the
-            // burst's learn list is full): back where it came from, as
-            // `decide` says. Also when the table still has it on another
-            // port (it moved in this burst): not to the port it left.
-            verdict = Verdict::Drop(DropReason::Hairpin);
-        }
-        Ok(Decided {
-            verdict,
-            tci: h.tci,
-            conflict: seen == Seen::StaticElsewhere,
-        })
     }
 
     /// Carries out a decision; for a unicast frame, where the same
