@@ -36,9 +36,9 @@ use serde_json::{json, Value};
 use vhu_api::{PortKind, PortStats, PortView, Role};
 use vhu_tests::bins;
 use vhu_tests::netns::VethPair;
+use vhu_tests::process::RunDir;
 use vhu_tests::qemu::{spawn_guest, GuestHandle, GuestOpts};
 use vhu_tests::switch::SwitchProc;
-use vhu_tests::testpmd::RunDir;
 
 const CNI_PATH: &str = "/usr/lib/cni";
 const CMD: Duration = Duration::from_secs(60);
