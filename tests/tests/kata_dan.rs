@@ -19,8 +19,8 @@
 //!   the host-tap device, QEMU the vhost-user server at `path` for the
 //!   other, each NIC with its `guest_mac`, addresses and routes from
 //!   `network_info`. Through both it reaches a peer namespace on another
-//!   switch port (a route via the peer included), the ports' counters
-//!   moving with the guest's; after `kill -9` and a restart of the switch
+//!   switch port (a route via the peer included), each port taking in
+//!   exactly what its guest NIC sent; after `kill -9` and a restart of the switch
 //!   the traffic resumes by itself on both; DEL leaves nothing.
 //!
 //! Needs root and the peers (`scripts/install-peers.sh`).
@@ -555,20 +555,34 @@ fn configure(d: &DanDevice) -> String {
     c + " && echo nic=$n"
 }
 
-/// Pings the peer from the guest through both devices (and the route via
-/// the peer); each port counts at least the guest's frames both ways.
-fn pings(sw: &SwitchProc, g: &mut GuestHandle, [port_t, port_v]: [&String; 2], what: &str) {
-    let before: BTreeMap<&str, (u64, u64)> = [&port_t, &port_v]
-        .into_iter()
-        .map(|p| (p.as_str(), stats(sw, p)))
+/// The guest's `tx_packets` of eth0 (the vhost-user NIC) and eth1 (the
+/// host-tap NIC).
+fn guest_tx(g: &mut GuestHandle) -> [u64; 2] {
+    let out = g.exec(
+        "cat /sys/class/net/eth0/statistics/tx_packets /sys/class/net/eth1/statistics/tx_packets",
+        CMD,
+    );
+    let n: Vec<u64> = out
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
         .collect();
+    assert_eq!(n.len(), 2, "{out}");
+    [n[0], n[1]]
+}
+
+/// Pings the peer from the guest through both devices (and the route via
+/// the peer). Each port counts at least the pings both ways, and exactly
+/// the frames the guest's NIC sent into it.
+fn pings(sw: &SwitchProc, g: &mut GuestHandle, [port_t, port_v]: [&String; 2], what: &str) {
+    let ports = [port_v.as_str(), port_t.as_str()];
+    let g0 = guest_tx(g);
+    let before: BTreeMap<&str, (u64, u64)> = ports.iter().map(|p| (*p, stats(sw, p))).collect();
     for dst in ["10.91.0.200", "10.93.0.1", "10.92.0.200"] {
         let (code, out) = g.try_exec(&format!("ping -c 3 -i 0.2 -W 5 {dst}"), CMD);
         assert_eq!(code, 0, "{what}: ping {dst}: {out}");
     }
-    // Through each device: 6 requests and replies via the TAP, 3 via
-    // vhost-user (ARP on top).
-    for (p, n) in [(&port_t, 6), (&port_v, 3)] {
+    // Via the TAP 6 requests and replies, via vhost-user 3 (ARP on top).
+    for (p, n) in [(port_t, 6), (port_v, 3)] {
         let (rx, tx) = stats(sw, p);
         let (rx0, tx0) = before[p.as_str()];
         assert!(
@@ -576,8 +590,28 @@ fn pings(sw: &SwitchProc, g: &mut GuestHandle, [port_t, port_v]: [&String; 2], w
             "{what}: port {p}: rx {rx0}->{rx}, tx {tx0}->{tx}"
         );
     }
-    let tx = g.exec("cat /sys/class/net/eth1/statistics/tx_packets", CMD);
-    println!("{what}: guest eth1 tx_packets {}", tx.trim());
+    // What each NIC sent is what its port took in (`tx`: into the switch);
+    // a frame sent between the two reads shows on the next try.
+    let t0 = Instant::now();
+    loop {
+        let g1 = guest_tx(g);
+        let s1 = sw.settle(&ports);
+        let sent: Vec<u64> = (0..2).map(|i| g1[i] - g0[i]).collect();
+        let took: Vec<u64> = (0..2)
+            .map(|i| s1[i].total.tx_packets - before[ports[i]].1)
+            .collect();
+        if sent == took {
+            println!(
+                "{what}: guest sent {sent:?} (eth0 vhost-user, eth1 host-tap), ports took {took:?}"
+            );
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{what}: the guest sent {sent:?}, its ports {ports:?} took {took:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 #[test]
