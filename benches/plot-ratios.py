@@ -15,7 +15,7 @@ src = Path(sys.argv[1]) if len(sys.argv) > 1 else root / "docs/perf/ratios.csv"
 dst = Path(sys.argv[2]) if len(sys.argv) > 2 else root / "docs/perf/ratios.svg"
 
 rows = [r for r in csv.reader(l for l in src.open() if not l.startswith("#")) if r]
-BAR, GAP, LEFT, TOP, H, MAX = 16, 26, 210, 30, 420, 3.0
+BAR, GAP, LEFT, TOP, H, MAX = 16, 26, 40, 30, 420, 3.0
 y = lambda v: TOP + H - v / MAX * H
 groups = []
 for g, cell, size, ratio, worst, target in rows:
