@@ -20,8 +20,9 @@
 //!   other, each NIC with its `guest_mac`, addresses and routes from
 //!   `network_info`. Through both it reaches a peer namespace on another
 //!   switch port (a route via the peer included), each port taking in
-//!   exactly what its guest NIC sent; after `kill -9` and a restart of the switch
-//!   the traffic resumes by itself on both; DEL leaves nothing.
+//!   exactly what its guest NIC sent; after `kill -9` and a restart of
+//!   the switch, and after a SIGTERM and a restart, the traffic resumes by
+//!   itself on both; DEL leaves nothing.
 //!
 //! Needs root and the peers (`scripts/install-peers.sh`).
 
@@ -705,6 +706,11 @@ fn a_guest_driven_from_its_dan_file() {
     sw.restart();
     wait_connected(&sw, &[&port_v, &port_t]);
     pings(&sw, &mut g, [&port_t, &port_v], "after kill -9");
+    let st = sw.stop();
+    assert!(st.success(), "SIGTERM: {st}");
+    sw.restart();
+    wait_connected(&sw, &[&port_v, &port_t]);
+    pings(&sw, &mut g, [&port_t, &port_v], "after SIGTERM");
 
     // ---- DEL once the VM is gone: nothing is left -------------------------
     drop(g);
