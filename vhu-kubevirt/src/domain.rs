@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 
 use crate::netinfo::SocketInfo;
-use crate::vmi::{self, BoundIface};
+use crate::vmi::{self, BoundIface, Claim};
 use crate::xml::{Document, Element, Node};
 
 /// Queue size of each virtqueue (libvirt's `rx_queue_size`, `tx_queue_size`).
@@ -57,7 +57,13 @@ pub fn interface_element(iface: &BoundIface, sock: &SocketInfo) -> Element {
         .with_child(Element::with_attrs(
             "driver",
             &[
-                ("queues", &iface.queues.to_string()),
+                (
+                    "queues",
+                    &sock
+                        .queues
+                        .map_or(iface.queues, |q| iface.queues.min(q))
+                        .to_string(),
+                ),
                 ("rx_queue_size", QUEUE_SIZE),
                 ("tx_queue_size", QUEUE_SIZE),
             ],
@@ -154,15 +160,20 @@ fn put_interface(devices: &mut Element, new: Element) {
     }
 }
 
+/// The sockets of networks: `(network, pod interface)` pairs (Multus
+/// networks) and `(network, claim)` pairs (`resourceClaim` networks), by
+/// network.
+pub type Sockets = BTreeMap<String, SocketInfo>;
+
 /// What `OnDefineDomain` returns for `xml` and `vmi_json`, handling the
 /// interfaces bound to `binding`; `resolve` finds the sockets of
-/// `(network, pod interface)` pairs. A VMI without such interfaces gets its
-/// XML back unchanged.
+/// `(network, pod interface)` pairs and of `(network, claim)` pairs. A VMI
+/// without such interfaces gets its XML back unchanged.
 pub fn mutate(
     xml: &[u8],
     vmi_json: &[u8],
     binding: &str,
-    resolve: impl FnOnce(&[(String, String)]) -> Result<BTreeMap<String, SocketInfo>, String>,
+    resolve: impl FnOnce(&[(String, String)], &[(String, Claim)]) -> Result<Sockets, String>,
 ) -> Result<Vec<u8>, String> {
     let mut doc = Document::parse(xml).map_err(|e| format!("the domain XML: {e}"))?;
     let vmi = vmi::parse(vmi_json)?;
@@ -188,9 +199,14 @@ pub fn mutate(
     }
     let nets: Vec<(String, String)> = bound
         .iter()
+        .filter(|b| b.claim.is_none())
         .map(|b| (b.name.clone(), b.pod_ifname.clone()))
         .collect();
-    let sockets = resolve(&nets)?;
+    let claims: Vec<(String, Claim)> = bound
+        .iter()
+        .filter_map(|b| Some((b.name.clone(), b.claim.clone()?)))
+        .collect();
+    let sockets = resolve(&nets, &claims)?;
 
     let root = doc.root_mut();
     share_memory(root)?;
@@ -217,7 +233,8 @@ mod tests {
 
     const XML: &str = "<domain type=\"kvm\">\n\t<vcpu placement=\"static\">2</vcpu>\n\t<devices>\n\t\t<interface type=\"ethernet\"><alias name=\"ua-default\"></alias></interface>\n\t</devices>\n</domain>";
 
-    fn sock(nets: &[(String, String)]) -> Result<BTreeMap<String, SocketInfo>, String> {
+    fn sock(nets: &[(String, String)], claims: &[(String, Claim)]) -> Result<Sockets, String> {
+        assert!(claims.is_empty());
         Ok(nets
             .iter()
             .map(|(n, i)| {
@@ -228,6 +245,7 @@ mod tests {
                         role: VmRole::Server,
                         mtu: Some(1500),
                         mac: None,
+                        queues: None,
                     },
                 )
             })
@@ -252,7 +270,13 @@ mod tests {
 
     #[test]
     fn other_bindings_leave_the_xml_alone() {
-        let out = mutate(XML.as_bytes(), VMI.as_bytes(), "other", |_| unreachable!()).unwrap();
+        let out = mutate(
+            XML.as_bytes(),
+            VMI.as_bytes(),
+            "other",
+            |_, _| unreachable!(),
+        )
+        .unwrap();
         assert_eq!(out, XML.as_bytes());
     }
 
@@ -280,6 +304,55 @@ mod tests {
         assert!(
             out.contains("<cell id=\"0\" memory=\"1\" memAccess=\"shared\"/>"),
             "{out}"
+        );
+    }
+
+    #[test]
+    fn a_claim_backed_interface_is_what_kubevirt_s_vhostuser_plugin_writes() {
+        // VEP-183: the network names a claim of the VMI; the pod's claim is
+        // made from a template; multiqueue asks 4 queues, the port has 2.
+        let vmi = r#"{"metadata":{"name":"vm1"},"spec":{"domain":{"cpu":{"cores":4},"devices":{
+            "networkInterfaceMultiqueue":true,
+            "interfaces":[{"name":"net1","binding":{"name":"vhu"}}]}},
+            "networks":[{"name":"net1","resourceClaim":{"claimName":"net","requestName":"vhu"}}],
+            "resourceClaims":[{"name":"net","resourceClaimTemplateName":"vhu-port"}]}}"#;
+        let root = std::env::temp_dir().join(format!("vhu-kv-dom-dra-{}", std::process::id()));
+        let dir = root.join("resourceclaimtemplates/net/vhu");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("vhu.dev-metadata.json"),
+            crate::dra::tests::VHU_DRA,
+        )
+        .unwrap();
+        let r = crate::netinfo::Resolver {
+            dra_root: root.clone(),
+            wait: std::time::Duration::from_millis(200),
+            ..Default::default()
+        };
+        let out = mutate(XML.as_bytes(), vmi.as_bytes(), "vhu", |nets, claims| {
+            assert!(nets.is_empty());
+            crate::dra::resolve(&r, claims)
+        })
+        .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains(
+                "<interface type=\"vhostuser\"><mac address=\"02:00:00:00:00:07\"/>\
+                 <source type=\"unix\" path=\"/var/run/vhu/dra/net/vhu/sock\" mode=\"server\"/>\
+                 <model type=\"virtio\"/><driver queues=\"2\" rx_queue_size=\"1024\" tx_queue_size=\"1024\"/>\
+                 <alias name=\"ua-net1\"/></interface>"
+            ),
+            "{out}"
+        );
+        // Without the metadata: an error naming where it was looked for.
+        std::fs::remove_dir_all(&root).unwrap();
+        let e = mutate(XML.as_bytes(), vmi.as_bytes(), "vhu", |_, claims| {
+            crate::dra::resolve(&r, claims)
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("resourceclaimtemplates/net/vhu/vhu.dev-metadata.json"),
+            "{e}"
         );
     }
 }

@@ -6,13 +6,16 @@
 //! serves KubeVirt's hook gRPC API on a Unix socket ([`server`]), and on
 //! `OnDefineDomain` rewrites the libvirt domain ([`domain`]) so that QEMU
 //! opens the vhost-user socket `vhu-cni` placed in the pod ([`netinfo`]),
-//! with shared guest memory. The domain XML is edited as a lossless tree
+//! with shared guest memory; for a `resourceClaim` network (DRA), the
+//! socket the DRA driver's device metadata names ([`dra`]). The domain XML
+//! is edited as a lossless tree
 //! ([`xml`]); the VMI fields it needs are in [`vmi`]. [`client`] dials a
 //! sidecar as virt-launcher does. See `docs/kubevirt.md`.
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod domain;
+pub mod dra;
 pub mod netinfo;
 pub mod server;
 pub mod vmi;

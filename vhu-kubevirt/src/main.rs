@@ -8,7 +8,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use vhu_kubevirt::netinfo::{Resolver, DEFAULT_NETWORK_INFO, DEFAULT_SOCKET_ROOT};
+use vhu_kubevirt::netinfo::{
+    Resolver, DEFAULT_DRA_DRIVER, DEFAULT_DRA_METADATA_ROOT, DEFAULT_NETWORK_INFO,
+    DEFAULT_SOCKET_ROOT,
+};
 use vhu_kubevirt::server::{self, Config, DEFAULT_SOCKET};
 
 /// KubeVirt network binding sidecar: a vhost-user NIC on vhu-switch.
@@ -33,6 +36,14 @@ struct Args {
     /// for networks without device-info.
     #[arg(long, default_value = DEFAULT_SOCKET_ROOT)]
     socket_root: PathBuf,
+    /// Where DRA device metadata (KEP-5304) is mounted, for
+    /// `resourceClaim` networks.
+    #[arg(long, env = "VHU_DRA_METADATA_ROOT", default_value = DEFAULT_DRA_METADATA_ROOT)]
+    dra_metadata_root: PathBuf,
+    /// The DRA driver whose metadata gives a `resourceClaim` network's
+    /// socket.
+    #[arg(long, env = "VHU_DRA_DRIVER", default_value = DEFAULT_DRA_DRIVER)]
+    dra_driver: String,
 }
 
 fn main() -> ExitCode {
@@ -48,6 +59,8 @@ fn main() -> ExitCode {
             network_info: a.network_info,
             wait: Duration::from_millis(a.network_info_wait_ms),
             socket_root: a.socket_root,
+            dra_root: a.dra_metadata_root,
+            dra_driver: a.dra_driver,
         },
     };
     let rt = match tokio::runtime::Builder::new_current_thread()

@@ -27,6 +27,12 @@ pub const DEFAULT_NETWORK_INFO: &str = "/etc/podinfo/network-info";
 /// Where `vhu-cni`'s sockets are seen inside the pod.
 pub const DEFAULT_SOCKET_ROOT: &str = "/var/run/vhu";
 
+/// Where KEP-5304 DRA device metadata is mounted in a container.
+pub const DEFAULT_DRA_METADATA_ROOT: &str = "/var/run/kubernetes.io/dra-device-attributes";
+
+/// The DRA driver whose metadata gives a `resourceClaim` network's socket.
+pub const DEFAULT_DRA_DRIVER: &str = "vhu.dev";
+
 /// Longest socket path QEMU can bind or connect to (`sun_path` less the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
 
@@ -60,6 +66,9 @@ pub struct SocketInfo {
     pub mtu: Option<u32>,
     /// The MAC network-info gives (used when the VMI sets none).
     pub mac: Option<String>,
+    /// The most queue pairs the port has (DRA metadata's `queues`): the
+    /// NIC gets no more.
+    pub queues: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,6 +112,10 @@ pub struct Resolver {
     pub wait: Duration,
     /// The in-pod socket root of the path convention.
     pub socket_root: PathBuf,
+    /// Where DRA device metadata is mounted (`resourceClaim` networks).
+    pub dra_root: PathBuf,
+    /// The DRA driver whose metadata is read.
+    pub dra_driver: String,
 }
 
 impl Default for Resolver {
@@ -111,12 +124,14 @@ impl Default for Resolver {
             network_info: DEFAULT_NETWORK_INFO.into(),
             wait: Duration::from_secs(30),
             socket_root: DEFAULT_SOCKET_ROOT.into(),
+            dra_root: DEFAULT_DRA_METADATA_ROOT.into(),
+            dra_driver: DEFAULT_DRA_DRIVER.into(),
         }
     }
 }
 
 /// Checks a socket path from device-info.
-fn check_path(network: &str, p: &str) -> Result<(), String> {
+pub(crate) fn check_path(network: &str, p: &str) -> Result<(), String> {
     if !p.starts_with('/') {
         return Err(format!(
             "network-info: the vhost-user path {p:?} of network {network:?} is not absolute"
@@ -184,6 +199,7 @@ fn from_entry(e: &NetIface) -> Result<Option<SocketInfo>, String> {
         role,
         mtu: e.mtu,
         mac: e.mac.clone().filter(|m| !m.is_empty()),
+        queues: None,
     }))
 }
 
@@ -235,6 +251,7 @@ impl Resolver {
             role: VmRole::Server,
             mtu: None,
             mac: None,
+            queues: None,
         })
     }
 
@@ -300,6 +317,7 @@ mod tests {
             network_info: file,
             wait: Duration::from_millis(300),
             socket_root: "/var/run/vhu".into(),
+            ..Resolver::default()
         }
     }
 
@@ -340,7 +358,8 @@ mod tests {
                 path: "/var/run/vhu/pod6c270ef2f25/sock".into(),
                 role: VmRole::Server,
                 mtu: None,
-                mac: None
+                mac: None,
+                queues: None,
             }
         );
     }

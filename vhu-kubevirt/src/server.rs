@@ -88,8 +88,14 @@ impl Callbacks for Arc<Hooks> {
         let hooks = Arc::clone(self);
         // Waiting for network-info blocks: off the runtime's thread.
         let out = tokio::task::spawn_blocking(move || {
-            crate::domain::mutate(&p.domain_xml, &p.vmi, &hooks.binding, |nets| {
-                hooks.resolver.resolve(nets)
+            crate::domain::mutate(&p.domain_xml, &p.vmi, &hooks.binding, |nets, claims| {
+                let mut sockets = if nets.is_empty() {
+                    crate::domain::Sockets::new()
+                } else {
+                    hooks.resolver.resolve(nets)?
+                };
+                sockets.extend(crate::dra::resolve(&hooks.resolver, claims)?);
+                Ok(sockets)
             })
         })
         .await

@@ -43,6 +43,43 @@ pub struct Spec {
     pub domain: DomainSpec,
     /// `spec.networks`.
     pub networks: Vec<Network>,
+    /// `spec.resourceClaims`: the pod's claims, by the names networks use.
+    #[serde(rename = "resourceClaims")]
+    pub resource_claims: Vec<PodResourceClaim>,
+}
+
+/// One `spec.resourceClaims[]` (a pod's `resourceClaims[]` entry).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodResourceClaim {
+    /// The name networks refer to.
+    pub name: String,
+    /// A claim of this name, made by someone else.
+    pub resource_claim_name: Option<String>,
+    /// The template each pod's claim is made from.
+    pub resource_claim_template_name: Option<String>,
+}
+
+/// `spec.networks[].resourceClaim` (`NetworkDevicesWithDRA`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ClaimRef {
+    /// The name of an entry of `spec.resourceClaims`.
+    pub claim_name: String,
+    /// The request in that claim.
+    pub request_name: String,
+}
+
+/// A claim-backed interface's claim, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The pod's name for the claim.
+    pub claim: String,
+    /// The request.
+    pub request: String,
+    /// Made from a template (`Some(true)`), named (`Some(false)`), or not
+    /// in `spec.resourceClaims` (`None`: both places are looked at).
+    pub from_template: Option<bool>,
 }
 
 /// `spec.domain`.
@@ -115,6 +152,9 @@ pub struct Network {
     pub pod: Option<serde_json::Value>,
     /// `multus: {networkName}`: a secondary network.
     pub multus: Option<serde_json::Value>,
+    /// `resourceClaim: {claimName, requestName}`: a device of a DRA claim.
+    #[serde(rename = "resourceClaim")]
+    pub resource_claim: Option<ClaimRef>,
 }
 
 /// `status`.
@@ -144,7 +184,8 @@ pub struct BoundIface {
     pub pod_ifname: String,
     /// The MAC to give the guest, lower case.
     pub mac: Option<String>,
-    /// `virtio-transitional` or `virtio-non-transitional`.
+    /// `virtio-transitional`, `virtio-non-transitional`, or (a claim-backed
+    /// interface) `virtio`.
     pub model: &'static str,
     /// `(domain, bus, slot, function)`.
     pub pci: Option<(u16, u8, u8, u8)>,
@@ -152,6 +193,8 @@ pub struct BoundIface {
     pub acpi_index: Option<u32>,
     /// Queue pairs.
     pub queues: u32,
+    /// The DRA claim of a `resourceClaim` network.
+    pub claim: Option<Claim>,
 }
 
 /// Parses the VMI JSON.
@@ -315,8 +358,30 @@ impl Vmi {
                 None => hashed_pod_ifname(&net.name),
             };
             check_ifname(&pod_ifname)?;
+            let claim = net
+                .resource_claim
+                .as_ref()
+                .map(|c| {
+                    check_name("resourceClaim.claimName", &c.claim_name)?;
+                    check_name("resourceClaim.requestName", &c.request_name)?;
+                    let from_template = self
+                        .spec
+                        .resource_claims
+                        .iter()
+                        .find(|r| r.name == c.claim_name)
+                        .map(|r| r.resource_claim_template_name.is_some());
+                    Ok::<_, String>(Claim {
+                        claim: c.claim_name.clone(),
+                        request: c.request_name.clone(),
+                        from_template,
+                    })
+                })
+                .transpose()?;
+            // A claim-backed interface's model is what KubeVirt's vhostuser
+            // binding plugin writes (`virtio`); vhu's own, KubeVirt's default.
             let model = match i.model.as_deref() {
                 None | Some("") | Some("virtio") if transitional => "virtio-transitional",
+                None | Some("") | Some("virtio") if claim.is_some() => "virtio",
                 None | Some("") | Some("virtio") => "virtio-non-transitional",
                 Some(m) => {
                     return Err(format!(
@@ -343,6 +408,7 @@ impl Vmi {
                     .transpose()?,
                 acpi_index: i.acpi_index.filter(|&n| n > 0),
                 queues,
+                claim,
             });
         }
         Ok(out)
