@@ -302,6 +302,13 @@ impl Node {
     }
 }
 
+impl Drop for Node {
+    /// The socket directory lies outside the run directory (short paths).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.sockets);
+    }
+}
+
 fn walk(d: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
