@@ -38,8 +38,10 @@
 //!   the tests feed the driver pass `kubernetes-validate --strict` for
 //!   Kubernetes 1.36 and 1.37.
 //!
-//! Needs root, podman, dpdk-testpmd, python3 with `grpcio` and
-//! `grpcio-tools`, and the release binaries (`vhu-switch`, `vhu-dra`).
+//! Needs root, podman, dpdk-testpmd, the peers' virtualenv
+//! (`scripts/install-peers.sh`: `grpcio`, `grpcio-tools`,
+//! `kubernetes-validate`), and the release binaries (`vhu-switch`,
+//! `vhu-dra`).
 //! Writes its CDI specs in `/var/run/cdi` (where podman reads them), named
 //! by the claims' UIDs, and removes them.
 
@@ -367,7 +369,7 @@ fn assert_nothing_left(sw: &SwitchProc, p: &Paths, uid: &str) {
 }
 
 #[test]
-#[ignore = "needs root, podman, testpmd, python3 grpcio and vhu-switch; run with --include-ignored"]
+#[ignore = "needs root, podman, testpmd, the peers' virtualenv and vhu-switch; run with --include-ignored"]
 fn dra_driver_prepares_ports_for_podman_and_testpmd() {
     let run = RunDir::new("dra");
     let mut sw = SwitchProc::start(&run, "", &[]);
@@ -631,16 +633,16 @@ fn dra_driver_prepares_ports_for_podman_and_testpmd() {
     let gen = run.join("py");
     std::fs::create_dir_all(&gen).unwrap();
     let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vhu-dra/proto");
-    let o = Command::new("python3")
+    let o = Command::new(venv("python"))
         .arg(&script)
         .args([&proto, &gen, &p.registration(), &p.dra()])
         .args([NS, "pod2-net-q9z4m", &u5])
         .output()
-        .expect("run python3");
+        .expect("run the virtualenv's python");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
-        "the grpcio client failed (pip install grpcio grpcio-tools):\n{text}\n{}",
+        "the grpcio client failed:\n{text}\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
     let got: Value = serde_json::from_str(text.trim()).unwrap();
@@ -685,12 +687,13 @@ print(json.dumps({"info": {"type": info.type, "name": info.name},
     "request_dirs_while_prepared": ports, "unprepare": u.error}))
 "#;
 
-/// `kubernetes-validate` of the peers' virtualenv (`scripts/install-peers.sh`).
-fn kubernetes_validate() -> PathBuf {
-    let p = vhu_tests::qemu::peers_dir().join("venv/bin/kubernetes-validate");
+/// A program of the peers' virtualenv (`scripts/install-peers.sh`:
+/// kubernetes-validate, grpcio and grpcio-tools).
+fn venv(program: &str) -> PathBuf {
+    let p = vhu_tests::qemu::peers_dir().join("venv/bin").join(program);
     assert!(
         p.is_file(),
-        "{} missing: run scripts/install-peers.sh (kubernetes-validate)",
+        "{} missing: run scripts/install-peers.sh",
         p.display()
     );
     p
@@ -720,7 +723,7 @@ fn the_slice_and_the_claims_are_valid_kubernetes_1_36_objects() {
     p.write_claim("unallocated", &uid(2), &json!({}), false);
     let claims = p.claims.join(NS);
     for version in ["1.36.0", "1.37.0"] {
-        let o = Command::new(kubernetes_validate())
+        let o = Command::new(venv("kubernetes-validate"))
             .args(["--strict", "-k", version])
             .arg(&slice)
             .arg(claims.join("pod1-net-7xk2p.json"))
