@@ -124,8 +124,15 @@ mod tests {
         let claim = crate::claim::tests::claim_json("u-1", &serde_json::Value::Null).to_string();
         let t = std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
-            let mut req = [0u8; 4096];
-            let n = c.read(&mut req).unwrap();
+            // The whole request head: closing with unread bytes would reset
+            // the connection under the client's read.
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = c.read(&mut buf).unwrap();
+                assert!(n > 0, "the request ended early");
+                req.extend_from_slice(&buf[..n]);
+            }
             let half = claim.len() / 2;
             write!(
                 c,
@@ -136,7 +143,7 @@ mod tests {
                 &claim[half..]
             )
             .unwrap();
-            String::from_utf8_lossy(&req[..n]).into_owned()
+            String::from_utf8_lossy(&req).into_owned()
         });
         let c = ClaimSource::ApiServer(addr)
             .get("tenant", "vm1-net-x7k2p")
