@@ -80,9 +80,9 @@ use vhost_net_backend::device::bits;
 use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig};
 use vhost_net_backend::io::af_xdp::{AfXdp, AfXdpConfig, Attach, BindMode, ZeroCopy};
 use vhost_net_backend::io::tap::{Tap, TapConfig};
-use vhost_net_backend::io::Uplink;
+use vhost_net_backend::io::{Uplink, UplinkSink};
 use vhost_net_backend::poll::{self, PollLoop};
-use vhost_net_backend::sink::{Sink, UplinkSink, GUEST_OFFLOADS};
+use vhost_net_backend::sink::{Sink, GUEST_OFFLOADS};
 use vhost_net_backend::{ForwardCounters, Forwarder, Port, QueuePair};
 use vhu_examples::PortArgs;
 

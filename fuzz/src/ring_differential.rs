@@ -55,6 +55,9 @@
 use std::io::Write;
 
 use vhost_net_backend::device::bits;
+use vhost_net_backend::test_utils::flags::{
+    DESC_F_INDIRECT as INDIRECT, DESC_F_NEXT as NEXT, DESC_F_WRITE as WRITE,
+};
 use vhost_net_backend::test_utils::{
     desc_bytes, sanitized_tx, Layout, LoopbackGuest, LoopbackOpts, Reference,
 };
@@ -64,9 +67,6 @@ use vm_memory::GuestMemoryMmap;
 
 use crate::input::{Enc, Input};
 
-const NEXT: u16 = 1;
-const WRITE: u16 = 2;
-const INDIRECT: u16 = 4;
 /// Length of each TX buffer slot of the loopback guest (the arena the
 /// chains' buffers and tables are cut from is `size` of them).
 const BUF_LEN: u32 = 2048;

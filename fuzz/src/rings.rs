@@ -49,37 +49,30 @@
 
 use vhost_net_backend::device::{bits, MAX_FRAME_LEN};
 use vhost_net_backend::net_hdr::{self, MAX_HDR_LEN};
-use vhost_net_backend::queue::{HEAD_LEN, MAX_RX_CHAINS};
+use vhost_net_backend::test_utils::flags::{
+    DESC_F_AVAIL as AVAIL, DESC_F_INDIRECT as INDIRECT, DESC_F_NEXT as NEXT, DESC_F_USED as USED,
+    DESC_F_WRITE as WRITE,
+};
+// The engine's limits, imported rather than copied: where they are policy
+// (how long a chain, how much one burst walks), the model follows them.
+//
+// Segments the engine's per-queue segment list holds: one TX chain
+// (`MAX_CHAIN_SEGS`), or all the chains of one RX frame
+// (`MAX_RX_FRAME_SEGS`). Buffer descriptors one chain may take
+// (`MAX_CHAIN_DESCS`; a walk reads one indirect descriptor more,
+// `MAX_CHAIN_READS`), and one burst's walks (`BURST_DESC_BUDGET`): a walk
+// starts only while `MAX_CHAIN_READS` of the budget are left; one direct
+// descriptor taken inline is not charged. Chains one TX batch takes at most
+// (`TX_BATCH`), and the segments its list holds (`TX_BATCH_SEGS`: a chain
+// is taken only while a whole chain's worth of room is left).
+use vhost_net_backend::test_utils::limits::{
+    BURST_DESC_BUDGET, HEAD_LEN, MAX_CHAIN_DESCS, MAX_CHAIN_READS, MAX_CHAIN_SEGS as TX_SEG_CAP,
+    MAX_RX_CHAINS, MAX_RX_FRAME_SEGS as RX_SEG_CAP, TX_BATCH, TX_BATCH_SEGS,
+};
 use vhost_net_backend::test_utils::{Layout, LoopbackGuest, LoopbackOpts};
 use vhost_net_backend::{DropReason, QueueCounters, TxFrame, VirtioNetHdr};
 
 use crate::input::{Enc, Input};
-
-const NEXT: u16 = 1;
-const WRITE: u16 = 2;
-const INDIRECT: u16 = 4;
-const AVAIL: u16 = 1 << 7;
-const USED: u16 = 1 << 15;
-
-/// Segments the engine's per-queue segment list holds: one TX chain
-/// (`ring::MAX_CHAIN_SEGS`), or all the chains of one RX frame
-/// (`ring::MAX_RX_FRAME_SEGS`).
-const TX_SEG_CAP: usize = 256;
-/// Buffer descriptors one chain may take (`ring::MAX_CHAIN_DESCS`; a walk
-/// reads one indirect descriptor more, `MAX_CHAIN_READS`), and one burst's
-/// walks (`ring::BURST_DESC_BUDGET`): a walk starts only while
-/// `MAX_CHAIN_READS` of the budget are left; one direct descriptor taken
-/// inline is not charged.
-const MAX_CHAIN_DESCS: u32 = 256;
-const MAX_CHAIN_READS: u32 = MAX_CHAIN_DESCS + 1;
-const BURST_DESC_BUDGET: u32 = 2048;
-const RX_SEG_CAP: usize = 1024;
-
-/// Chains one TX batch takes at most (`queue::tx::TX_BATCH`), and the
-/// segments its list holds (`queue::tx::TX_BATCH_SEGS`: a chain is taken
-/// only while a whole chain's worth of room is left).
-const TX_BATCH: usize = 32;
-const TX_BATCH_SEGS: usize = 2 * TX_SEG_CAP;
 
 /// Most operations decoded from one input.
 const MAX_OPS: usize = 48;

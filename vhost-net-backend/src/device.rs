@@ -295,6 +295,29 @@ impl Negotiated {
     }
 }
 
+/// The offloads a receiver may accept, as driver-side (`GUEST_*`) feature
+/// bits: the vocabulary of [`Sink::accepts`](crate::sink::Sink::accepts).
+pub const GUEST_OFFLOADS: u64 =
+    bits::GUEST_CSUM | bits::GUEST_TSO4 | bits::GUEST_TSO6 | bits::GUEST_ECN | bits::GUEST_UFO;
+
+/// Each transmit offload (`HOST_*` name) with its receive name (`GUEST_*`).
+const HOST_TO_GUEST: [(u64, u64); 5] = [
+    (bits::CSUM, bits::GUEST_CSUM),
+    (bits::HOST_TSO4, bits::GUEST_TSO4),
+    (bits::HOST_TSO6, bits::GUEST_TSO6),
+    (bits::HOST_ECN, bits::GUEST_ECN),
+    (bits::HOST_UFO, bits::GUEST_UFO),
+];
+
+/// The receive offloads (`GUEST_*` bits) that match an uplink's transmit
+/// offloads (`HOST_*` bits, [`crate::io::UplinkOffloads::tx`]).
+pub fn guest_from_host(host: u64) -> u64 {
+    HOST_TO_GUEST
+        .iter()
+        .filter(|&&(h, _)| host & h != 0)
+        .fold(0, |g, &(_, guest)| g | guest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,9 +18,9 @@
 //! Hot path: no allocation (the scratch buffer and the [`Segmenter`] are
 //! allocated once, by [`Forwarder::new`]), no lock, no syscall.
 
+use crate::frame::{copy_frame, FrameSource};
 use crate::io::offload::{fits, lend_within, Segmenter};
 use crate::net_hdr::VirtioNetHdr;
-use crate::queue::{copy_frame, FrameSource};
 use crate::sink::Sink;
 use crate::stats::DropReason;
 
@@ -214,9 +214,8 @@ mod tests {
     use super::*;
     use crate::device::bits;
     use crate::io::offload::checksum;
+    use crate::io::UplinkSink;
     use crate::net_hdr::{F_NEEDS_CSUM, GSO_TCPV4};
-    use crate::sink::tests::FakeUplink;
-    use crate::sink::UplinkSink;
     use crate::stats::DropCounts;
 
     /// A sink that keeps every frame pushed.
@@ -387,16 +386,26 @@ mod tests {
         assert_eq!(sink.drops.total(), 1);
     }
 
+    #[cfg(feature = "test-utils")]
     #[test]
     fn an_uplink_that_refuses_an_offload_gets_plain_segments() {
+        use crate::io::UplinkOffloads;
+        use crate::test_utils::{Script, ScriptedUplink};
+
         let mut fwd = Forwarder::new();
         let mut c = ForwardCounters::default();
-        let mut u = FakeUplink {
-            tx_offloads: bits::CSUM | bits::HOST_TSO4,
-            refuse_offloads: true,
-            full: 2,
-            ..FakeUplink::default()
-        };
+        let mut u = ScriptedUplink::with_script(
+            "fake",
+            Script {
+                offloads: UplinkOffloads {
+                    tx: bits::CSUM | bits::HOST_TSO4,
+                    rx: 0,
+                },
+                refuse_offloads: true,
+                full: 2,
+                ..Script::default()
+            },
+        );
         fwd.forward(
             &mut c,
             &tso_hdr(),
@@ -405,16 +414,20 @@ mod tests {
         )
         .unwrap();
         let n = PAYLOAD / usize::from(MSS);
-        assert_eq!(u.sent.len(), n);
-        assert!(u.sent.iter().all(|(h, _)| *h == VirtioNetHdr::default()));
-        assert_eq!(u.counters.tx_dropped(), 0);
+        let script = u.script();
+        assert_eq!(script.sent.len(), n);
+        assert!(script
+            .sent
+            .iter()
+            .all(|(h, _)| *h == VirtioNetHdr::default()));
+        assert_eq!(script.counters.tx_dropped(), 0);
         assert_eq!((c.sw_segmented, c.sw_segments), (1, n as u64));
     }
 
     #[cfg(feature = "test-utils")]
     #[test]
     fn a_guest_rx_burst_is_a_sink() {
-        use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
+        use crate::test_utils::{LoopbackGuest, LoopbackOpts};
 
         // A guest that acked mergeable buffers but no receive offloads.
         let mut g = LoopbackGuest::new(LoopbackOpts {

@@ -16,18 +16,23 @@
 //! |---|---|
 //! | [`port`] | the socket (server or client role), connection lifecycle, reset and reconnect |
 //! | `control` | the vhost-user request handler; validates every message |
-//! | [`queue`] | the burst API ([`TxQueue::recv_burst`], [`RxQueue::burst`]), the frame-copy trait ([`FrameSource`]) and the control/data hand-off |
-//! | [`poll`] | how a data-plane thread waits: [`Poller`] and the busy/adaptive/interrupt [`PollLoop`] |
-//! | [`sink`] | the one destination trait, [`Sink`]: guest RX bursts and uplinks ([`UplinkSink`]) |
 //! | [`forward`] | one frame into any sink, with the software offload fallback ([`Forwarder`]) |
+//! | [`queue`] | the burst API ([`TxQueue::recv_burst`], [`RxQueue::burst`]) and the control/data hand-off |
+//! | [`poll`] | how a data-plane thread waits: [`Poller`] and the busy/adaptive/interrupt [`PollLoop`] |
+//! | [`io`] | uplinks (AF_XDP, AF_PACKET, TAP) behind one trait, an uplink as a sink ([`UplinkSink`]); the software offload fallbacks ([`io::offload`]) |
+//! | [`sink`] | the one destination trait, [`Sink`]: guest RX bursts and uplinks |
+//! | [`frame`] | the frame vocabulary: the one-pass copy ([`FrameSource`], [`FrameWriter`], [`copy_frame`]) and [`Spliced`] |
 //! | `ring` | the split and packed ring engine over guest memory (with `sys`, the only `unsafe`) |
 //! | [`device`] | offered features, offloads, what an acked set means |
-//! | [`io`] | uplinks (AF_XDP, AF_PACKET, TAP) behind one trait; the software offload fallbacks ([`io::offload`]) |
 //! | [`sys`] | the syscall layer: sockets, mmap, netdev, AF_PACKET, AF_XDP, BPF, TUN, Unix paths of any length |
 //! | [`net_hdr`] | `virtio_net_hdr` |
 //! | [`wire`] | Ethernet, VLAN, IPv4, IPv6, TCP, UDP: checked views over host copies of frame bytes, the Internet checksum |
 //! | [`stats`] | counters, and the one drop vocabulary ([`DropReason`]) |
-//! | `test_utils` | (feature `test-utils`) the in-process virtio-net driver and loopback guest |
+//! | `test_utils` | (feature `test-utils`) the in-process virtio-net driver and the loopback guest |
+//!
+//! Each module imports only modules below it in this table (`device`,
+//! `sys`, `net_hdr`, `wire` and `stats` import none of the others;
+//! `lib.rs` and `test_utils` sit on top): there is no import cycle.
 //!
 //! ## Example: an echo device
 //!
@@ -67,6 +72,7 @@
 mod control;
 pub mod device;
 pub mod forward;
+pub mod frame;
 pub mod io;
 pub mod net_hdr;
 pub mod poll;
@@ -95,14 +101,14 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 pub use forward::{ForwardCounters, Forwarder};
+pub use frame::{copy_frame, FrameSource, FrameWriter, Spliced};
+pub use io::UplinkSink;
 pub use net_hdr::VirtioNetHdr;
 pub use poll::{LoopCycles, PollLoop, PollMode, Poller, Token};
 pub use port::{
     default_max_guest_memory, set_default_max_guest_memory, AnnounceHandler, Backoff, Port,
     PortConfig, PortError, SocketRole, DEFAULT_MAX_GUEST_MEMORY,
 };
-pub use queue::{
-    copy_frame, FrameSource, FrameWriter, QueuePair, RxBurst, RxQueue, Spliced, TxFrame, TxQueue,
-};
-pub use sink::{Sink, UplinkSink};
+pub use queue::{QueuePair, RxBurst, RxQueue, TxFrame, TxQueue};
+pub use sink::Sink;
 pub use stats::{DropReason, QueueCounters};

@@ -55,8 +55,6 @@ use std::time::{Duration, Instant};
 
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
-use crate::queue::{QueuePair, RxQueue, TxQueue};
-
 /// Longest sleep of a [`PollLoop`] by default: bounds how long a thread
 /// takes to notice a stop flag (or anything else it checks between rounds).
 pub const MAX_SLEEP: Duration = Duration::from_millis(100);
@@ -80,8 +78,48 @@ const CALLER_EVENT: u64 = 1 << 62;
 const MAX_EVENTS: usize = 64;
 
 /// The epoll data a queue registers its kick and wake eventfds with.
-pub(crate) fn queue_event(fd: RawFd) -> u64 {
+fn queue_event(fd: RawFd) -> u64 {
     QUEUE_EVENT | u64::from(fd as u32)
+}
+
+/// A queue's hold on a [`Poller`]'s epoll instance: what a queue keeps to
+/// register its own kick and wake eventfds, and to follow them across ring
+/// changes, in the poller's queue-event space (never a caller's
+/// [`Token`]).
+#[derive(Debug, Clone)]
+pub struct Watch {
+    epoll: Arc<Epoll>,
+}
+
+impl Watch {
+    /// Watches one of the queue's eventfds (edge triggered).
+    ///
+    /// # Errors
+    /// `epoll_ctl` failed.
+    pub(crate) fn add(&self, fd: RawFd) -> std::io::Result<()> {
+        let ev = EpollEvent::new(EventSet::IN | EventSet::EDGE_TRIGGERED, queue_event(fd));
+        self.epoll.ctl(ControlOperation::Add, fd, ev)
+    }
+
+    /// Stops watching one of the queue's eventfds. An fd already closed or
+    /// not watched is not an error worth reporting (EBADF/ENOENT), so none
+    /// is returned.
+    pub(crate) fn remove(&self, fd: RawFd) {
+        let _ = self
+            .epoll
+            .ctl(ControlOperation::Delete, fd, EpollEvent::default());
+    }
+}
+
+/// Something a [`Poller`] can watch: a queue, a queue pair, that registers
+/// its own eventfds through the [`Watch`] it is given and keeps it to
+/// follow them across ring changes.
+pub trait Polled {
+    /// Registers with `watch`'s poller.
+    ///
+    /// # Errors
+    /// `epoll_ctl` failed.
+    fn attach(&mut self, watch: &Watch) -> std::io::Result<()>;
 }
 
 /// What the caller of [`Poller::add_fd`] calls an fd: any `u64`, reported
@@ -107,7 +145,7 @@ impl From<u64> for Token {
 /// to polling. [`PollLoop`] does exactly that.
 #[derive(Debug)]
 pub struct Poller {
-    epoll: Arc<Epoll>,
+    watch: Watch,
     events: Vec<EpollEvent>,
     /// Events the last [`Poller::wait`] returned.
     ready: usize,
@@ -122,7 +160,9 @@ impl Poller {
     /// `epoll_create1` failed.
     pub fn new() -> std::io::Result<Self> {
         Ok(Self {
-            epoll: Arc::new(Epoll::new()?),
+            watch: Watch {
+                epoll: Arc::new(Epoll::new()?),
+            },
             events: vec![EpollEvent::default(); MAX_EVENTS],
             ready: 0,
             watched: Vec::new(),
@@ -134,8 +174,8 @@ impl Poller {
     ///
     /// # Errors
     /// `epoll_ctl` failed.
-    pub fn add(&mut self, qp: &mut QueuePair) -> std::io::Result<()> {
-        qp.attach_poller(&self.epoll)
+    pub fn add<Q: Polled + ?Sized>(&mut self, qp: &mut Q) -> std::io::Result<()> {
+        qp.attach(&self.watch)
     }
 
     /// Watches one receive queue's eventfds: for a queue pair whose halves
@@ -145,16 +185,16 @@ impl Poller {
     ///
     /// # Errors
     /// `epoll_ctl` failed.
-    pub fn add_rx(&mut self, q: &mut RxQueue) -> std::io::Result<()> {
-        q.attach_poller(&self.epoll)
+    pub fn add_rx<Q: Polled + ?Sized>(&mut self, q: &mut Q) -> std::io::Result<()> {
+        q.attach(&self.watch)
     }
 
     /// Watches one transmit queue's eventfds (see [`Poller::add_rx`]).
     ///
     /// # Errors
     /// `epoll_ctl` failed.
-    pub fn add_tx(&mut self, q: &mut TxQueue) -> std::io::Result<()> {
-        q.attach_poller(&self.epoll)
+    pub fn add_tx<Q: Polled + ?Sized>(&mut self, q: &mut Q) -> std::io::Result<()> {
+        q.attach(&self.watch)
     }
 
     /// Watches another file descriptor (e.g. a shutdown eventfd or an uplink
@@ -164,7 +204,7 @@ impl Poller {
     /// # Errors
     /// `epoll_ctl` failed (`EEXIST` when `fd` is already watched).
     pub fn add_fd(&mut self, fd: RawFd, token: impl Into<Token>) -> std::io::Result<()> {
-        self.epoll.ctl(
+        self.watch.epoll.ctl(
             ControlOperation::Add,
             fd,
             EpollEvent::new(EventSet::IN, CALLER_EVENT | u64::from(fd as u32)),
@@ -180,7 +220,8 @@ impl Poller {
     /// `epoll_ctl` failed (`ENOENT` when `fd` is not watched).
     pub fn remove_fd(&mut self, fd: RawFd) -> std::io::Result<()> {
         self.watched.retain(|&(f, _)| f != fd);
-        self.epoll
+        self.watch
+            .epoll
             .ctl(ControlOperation::Delete, fd, EpollEvent::default())
     }
 
@@ -193,7 +234,7 @@ impl Poller {
     pub fn wait(&mut self, timeout: Option<Duration>) -> std::io::Result<usize> {
         self.ready = 0;
         let ms = timeout.map_or(-1, |d| i32::try_from(d.as_millis()).unwrap_or(i32::MAX));
-        match self.epoll.wait(ms, &mut self.events) {
+        match self.watch.epoll.wait(ms, &mut self.events) {
             Ok(n) => {
                 self.ready = n;
                 Ok(n)
@@ -259,24 +300,6 @@ pub trait Notify {
     fn enable_notifications(&mut self) -> bool;
     /// Stops notifications (while polling).
     fn disable_notifications(&mut self);
-}
-
-impl Notify for QueuePair {
-    /// TX kicks always; RX kicks only while the guest has no RX buffer
-    /// posted (posted RX buffers are not work: only a sender waiting for
-    /// them is).
-    fn enable_notifications(&mut self) -> bool {
-        let mut pending = self.tx.enable_notifications();
-        if self.rx.is_running() && self.rx.available(1) == 0 {
-            pending |= self.rx.enable_notifications();
-        }
-        pending
-    }
-
-    fn disable_notifications(&mut self) {
-        self.tx.disable_notifications();
-        self.rx.disable_notifications();
-    }
 }
 
 impl<T: Notify> Notify for [T] {
@@ -700,7 +723,8 @@ mod tests {
         let (mut p, kick, stop) = poller_and_two_eventfds();
         // Registered as a queue registers its kick eventfd.
         let ev = EpollEvent::new(EventSet::IN, queue_event(kick.as_raw_fd()));
-        p.epoll
+        p.watch
+            .epoll
             .ctl(ControlOperation::Add, kick.as_raw_fd(), ev)
             .unwrap();
         // The caller's token is the kick fd's number: it must not matter.

@@ -60,18 +60,19 @@
 use std::collections::BTreeMap;
 
 use vhost_net_backend::device::bits;
+use vhost_net_backend::test_utils::flags::{
+    DESC_F_INDIRECT as INDIRECT, DESC_F_NEXT as NEXT, DESC_F_WRITE as WRITE,
+};
+use vhost_net_backend::test_utils::limits::MAX_CHAIN_SEGS;
 use vhost_net_backend::test_utils::{
     desc_bytes, sanitized_tx, Layout, LoopbackGuest, LoopbackOpts, Reference,
 };
 use vhost_net_backend::{DropReason, QueueCounters};
 
-const NEXT: u16 = 1;
-const WRITE: u16 = 2;
-const INDIRECT: u16 = 4;
 const BUF_LEN: u32 = 2048;
 const SEEDS: u64 = 300;
 /// Segments our engine takes in one chain.
-const SEG_CAP: u16 = 256;
+const SEG_CAP: u16 = MAX_CHAIN_SEGS as u16;
 
 /// A deterministic xorshift64 generator.
 struct Rng(u64);

@@ -13,7 +13,7 @@
 //! complete checksums and segment super-frames for destinations that lack
 //! them. A forwarding loop sees an uplink's transmit side as a
 //! [`Sink`](crate::sink::Sink), like a guest's RX queue
-//! ([`UplinkSink`](crate::sink::UplinkSink)), and calls
+//! ([`UplinkSink`]), and calls
 //! [`Forwarder::forward`](crate::forward::Forwarder::forward) for each frame.
 //!
 //! Frames lost on the way are counted by [`DropReason`], as the guest
@@ -22,14 +22,17 @@
 use std::io;
 use std::os::fd::RawFd;
 
+use crate::frame::FrameSource;
 use crate::net_hdr::VirtioNetHdr;
-use crate::queue::FrameSource;
 use crate::stats::{DropCounts, DropReason};
 
 pub mod af_packet;
 pub mod af_xdp;
 pub mod offload;
+mod sink;
 pub mod tap;
+
+pub use sink::{UplinkSink, FULL_RETRIES};
 
 /// Offloads an uplink handles, as virtio-net feature bits
 /// ([`crate::device::bits`]).

@@ -25,11 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use crate::device::Negotiated;
-use crate::poll;
+use crate::poll::Watch;
 use crate::ring::log::LogTarget;
 use crate::ring::{GuestMemory, Layout, Ring, SegVec};
 use crate::stats::{BurstCounters, DropReason, QueueStats};
@@ -136,7 +135,7 @@ pub(super) struct Vring {
     pub(super) cfg: Option<Arc<RingConfig>>,
     pub(super) ring: Option<Ring>,
     pub(super) segs: SegVec,
-    poller: Option<Arc<Epoll>>,
+    poller: Option<Watch>,
     registered_kick: Option<i32>,
     pub(super) counters: BurstCounters,
     reported_broken: bool,
@@ -260,7 +259,7 @@ impl Vring {
     }
 
     fn update_kick_registration(&mut self) {
-        let Some(epoll) = &self.poller else {
+        let Some(watch) = &self.poller else {
             return;
         };
         let want = if self.ring.is_some() {
@@ -278,14 +277,10 @@ impl Vring {
             // The old fd is still open: `self.cfg` kept it until now... but
             // it may already have been replaced above; removing an fd that
             // was closed is harmless (EBADF/ENOENT).
-            let _ = epoll.ctl(ControlOperation::Delete, old, EpollEvent::default());
+            watch.remove(old);
         }
         if let Some(fd) = want {
-            let ev = EpollEvent::new(
-                EventSet::IN | EventSet::EDGE_TRIGGERED,
-                poll::queue_event(fd),
-            );
-            match epoll.ctl(ControlOperation::Add, fd, ev) {
+            match watch.add(fd) {
                 Ok(()) => self.registered_kick = Some(fd),
                 Err(e) => tracing::warn!("vring: cannot watch kick eventfd: {e}"),
             }
@@ -347,13 +342,9 @@ impl Vring {
         }
     }
 
-    pub(super) fn attach_poller(&mut self, epoll: Arc<Epoll>) -> std::io::Result<()> {
-        let ev = EpollEvent::new(
-            EventSet::IN | EventSet::EDGE_TRIGGERED,
-            poll::queue_event(self.shared.wake_fd()),
-        );
-        epoll.ctl(ControlOperation::Add, self.shared.wake_fd(), ev)?;
-        self.poller = Some(epoll);
+    pub(super) fn attach_poller(&mut self, watch: &Watch) -> std::io::Result<()> {
+        watch.add(self.shared.wake_fd())?;
+        self.poller = Some(watch.clone());
         self.update_kick_registration();
         Ok(())
     }
@@ -378,8 +369,8 @@ mod tests {
     use std::time::Duration;
 
     use crate::net_hdr::VirtioNetHdr;
-    use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
     use crate::sink::Sink;
+    use crate::test_utils::{LoopbackGuest, LoopbackOpts};
 
     /// A ring stopped between two pushes of a burst (a switch's RX sink
     /// picks up ring changes at each push) publishes what it wrote before it

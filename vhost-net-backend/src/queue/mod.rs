@@ -24,8 +24,7 @@
 
 use std::sync::Arc;
 
-use vmm_sys_util::epoll::Epoll;
-
+use crate::poll::{Notify, Polled, Watch};
 use crate::ring::{UsedId, MAX_RX_FRAME_SEGS};
 use crate::wire::ETH_ALEN;
 
@@ -54,12 +53,11 @@ macro_rules! queue_accessors {
     };
 }
 
-mod frame;
 mod handoff;
 mod rx;
-mod tx;
+pub(crate) mod tx;
 
-pub use frame::{copy_frame, FrameSource, FrameWriter, Spliced, MAX_SPLICE_LEAD};
+pub use crate::frame::{copy_frame, FrameSource, FrameWriter, Spliced, MAX_SPLICE_LEAD};
 use handoff::Vring;
 pub use handoff::ACK_TIMEOUT;
 pub(crate) use handoff::{RingConfig, VringShared};
@@ -117,27 +115,44 @@ impl QueuePair {
             let _ = rx.push(&hdr, frame);
         })
     }
+}
 
-    /// Registers both queues' kick and wake eventfds with a poller's epoll
-    /// instance (see [`Poller::add`]).
-    pub(crate) fn attach_poller(&mut self, epoll: &Arc<Epoll>) -> std::io::Result<()> {
-        self.rx.attach_poller(epoll)?;
-        self.tx.attach_poller(epoll)
+impl Polled for QueuePair {
+    /// Registers both queues' kick and wake eventfds (see [`Poller::add`]).
+    fn attach(&mut self, watch: &Watch) -> std::io::Result<()> {
+        self.rx.attach(watch)?;
+        self.tx.attach(watch)
     }
 }
 
-impl RxQueue {
-    /// Registers the queue's kick and wake eventfds with a poller's epoll
-    /// instance (see [`Poller::add_rx`]).
-    pub(crate) fn attach_poller(&mut self, epoll: &Arc<Epoll>) -> std::io::Result<()> {
-        self.vring.attach_poller(Arc::clone(epoll))
+impl Polled for RxQueue {
+    /// Registers the queue's kick and wake eventfds (see [`Poller::add_rx`]).
+    fn attach(&mut self, watch: &Watch) -> std::io::Result<()> {
+        self.vring.attach_poller(watch)
     }
 }
 
-impl TxQueue {
-    /// Registers the queue's kick and wake eventfds with a poller's epoll
-    /// instance (see [`Poller::add_tx`]).
-    pub(crate) fn attach_poller(&mut self, epoll: &Arc<Epoll>) -> std::io::Result<()> {
-        self.vring.attach_poller(Arc::clone(epoll))
+impl Polled for TxQueue {
+    /// Registers the queue's kick and wake eventfds (see [`Poller::add_tx`]).
+    fn attach(&mut self, watch: &Watch) -> std::io::Result<()> {
+        self.vring.attach_poller(watch)
+    }
+}
+
+impl Notify for QueuePair {
+    /// TX kicks always; RX kicks only while the guest has no RX buffer
+    /// posted (posted RX buffers are not work: only a sender waiting for
+    /// them is).
+    fn enable_notifications(&mut self) -> bool {
+        let mut pending = self.tx.enable_notifications();
+        if self.rx.is_running() && self.rx.available(1) == 0 {
+            pending |= self.rx.enable_notifications();
+        }
+        pending
+    }
+
+    fn disable_notifications(&mut self) {
+        self.tx.disable_notifications();
+        self.rx.disable_notifications();
     }
 }

@@ -8,9 +8,10 @@ use crate::net_hdr::{self, VirtioNetHdr};
 use crate::ring::{load_hdr, Popped, SegWriter, UsedId};
 use crate::stats::DropReason;
 
-use super::frame::{FrameSource, FrameWriter};
 use super::handoff::Vring;
-use crate::sink::{Sink, GUEST_OFFLOADS};
+use crate::device::GUEST_OFFLOADS;
+use crate::frame::{FrameSource, FrameWriter};
+use crate::sink::Sink;
 
 /// Most RX chains one frame may span with mergeable buffers.
 pub const MAX_RX_CHAINS: usize = 256;
@@ -88,7 +89,7 @@ impl RxBurst<'_> {
 
 impl RxQueue {
     /// The offloads the guest takes in a frame's header (`GUEST_*` bits of
-    /// its acked features, [`crate::sink::GUEST_OFFLOADS`]); 0 when the ring
+    /// its acked features, [`crate::device::GUEST_OFFLOADS`]); 0 when the ring
     /// is not running.
     #[inline]
     pub fn accepts(&self) -> u64 {
@@ -277,7 +278,7 @@ impl Drop for RxBurst<'_> {
 
 impl RxBurst<'_> {
     /// The offloads the guest takes in a frame's header (`GUEST_*` bits of
-    /// its acked features, [`crate::sink::GUEST_OFFLOADS`]); 0 when the ring
+    /// its acked features, [`crate::device::GUEST_OFFLOADS`]); 0 when the ring
     /// is not running.
     #[inline]
     pub fn accepts(&self) -> u64 {
@@ -366,8 +367,8 @@ impl Sink for RxQueue {
 mod tests {
     use crate::device::bits;
     use crate::net_hdr::{self, VirtioNetHdr};
-    use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
     use crate::sink::Sink;
+    use crate::test_utils::{LoopbackGuest, LoopbackOpts};
 
     /// The header a push writes: the caller's fields, `num_buffers` set to
     /// the buffers the frame took whatever the caller said, `DATA_VALID`

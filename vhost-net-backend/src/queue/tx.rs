@@ -3,8 +3,8 @@
 //! ([`TxQueue::recv_burst`]) and lent to the caller as [`TxFrame`]s whose
 //! head is a private copy and whose rest stays in guest memory.
 
-use super::frame::{FrameSource, FrameWriter};
 use super::handoff::Vring;
+use crate::frame::{FrameSource, FrameWriter};
 use crate::net_hdr::VirtioNetHdr;
 use crate::ring::{copy_from_segs, read_hdr, store_hdr, Popped, Seg, UsedId, MAX_CHAIN_SEGS};
 use crate::stats::DropReason;
@@ -121,13 +121,13 @@ impl FrameSource for TxFrame<'_> {
 
 /// Most TX chains parsed ahead of the frames' processing
 /// ([`TxQueue::recv_burst`]).
-pub(super) const TX_BATCH: usize = 32;
+pub const TX_BATCH: usize = 32;
 
 /// Room for the segments of one batch: every chain may take up to
 /// [`MAX_CHAIN_SEGS`], and a batch stops before a chain could find less
 /// room than that, so two chains always fit (frames of one or two buffers,
 /// the usual kind, fill a whole batch).
-pub(super) const TX_BATCH_SEGS: usize = 2 * MAX_CHAIN_SEGS;
+pub const TX_BATCH_SEGS: usize = 2 * MAX_CHAIN_SEGS;
 
 /// One chain of a batch, parsed and waiting for its frame to be handed out.
 ///
@@ -340,7 +340,7 @@ impl TxQueue {
 
 #[cfg(all(test, feature = "test-utils"))]
 mod tests {
-    use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
+    use crate::test_utils::{LoopbackGuest, LoopbackOpts};
 
     /// `has_pending` says whether one buffer waits, whatever the layout, and
     /// reads the ring afresh: what `recv_burst` takes is gone, what the

@@ -387,8 +387,8 @@ mod tests {
 #[cfg(all(test, feature = "test-utils"))]
 mod loopback_tests {
     use super::LOG_PAGE_SHIFT;
-    use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
     use crate::ring::Layout;
+    use crate::test_utils::{LoopbackGuest, LoopbackOpts};
     use std::collections::BTreeSet;
 
     /// The pages of `[gpa, gpa + len)`.

@@ -12,10 +12,9 @@
 //!   stores, never through a `&[u8]` (the guest may change it at any time).
 #![allow(unsafe_code)]
 
-pub(crate) mod driver_sys;
+pub(crate) mod driver;
+pub(crate) mod flags;
 pub(crate) mod log;
-#[cfg(feature = "test-utils")]
-pub(crate) mod loopback;
 pub(crate) mod memory;
 pub(crate) mod packed;
 pub(crate) mod split;

@@ -33,15 +33,10 @@ use super::{read_desc_words, Mark, Popped, Seg, SegVec, UsedId};
 use crate::device::Negotiated;
 use crate::stats::DropReason;
 
-const DESC_F_NEXT: u16 = 1;
-const DESC_F_WRITE: u16 = 2;
-const DESC_F_INDIRECT: u16 = 4;
-const DESC_F_AVAIL: u16 = 1 << 7;
-const DESC_F_USED: u16 = 1 << 15;
-
-const EVENT_ENABLE: u16 = 0;
-const EVENT_DISABLE: u16 = 1;
-const EVENT_DESC: u16 = 2;
+use super::flags::{
+    DESC_F_AVAIL, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_USED, DESC_F_WRITE, EVENT_DESC,
+    EVENT_DISABLE, EVENT_ENABLE,
+};
 
 /// Guest physical addresses and size of a packed ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -796,9 +791,9 @@ impl PackedRing {
 mod tests {
     use super::{DESC_F_AVAIL, DESC_F_USED, DESC_F_WRITE};
     use crate::device::bits;
-    use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
     use crate::ring::Layout;
     use crate::sink::Sink;
+    use crate::test_utils::{LoopbackGuest, LoopbackOpts};
     use crate::VirtioNetHdr;
 
     /// (len, id, flags) of every slot of one ring.

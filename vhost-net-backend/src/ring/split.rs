@@ -26,11 +26,9 @@ use super::memory::GuestMemory;
 use super::{read_desc_words, Mark, Popped, Seg, SegVec, UsedId};
 use crate::stats::DropReason;
 
-const DESC_F_NEXT: u16 = 1;
-const DESC_F_WRITE: u16 = 2;
-const DESC_F_INDIRECT: u16 = 4;
-const AVAIL_F_NO_INTERRUPT: u16 = 1;
-const USED_F_NO_NOTIFY: u16 = 1;
+use super::flags::{
+    AVAIL_F_NO_INTERRUPT, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, USED_F_NO_NOTIFY,
+};
 
 /// Guest physical addresses and size of a split ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,15 +4,12 @@
 
 use std::sync::Arc;
 
+use super::flags::{DESC_F_INDIRECT as INDIRECT, DESC_F_NEXT as NEXT, DESC_F_WRITE as WRITE};
 use super::memory::GuestMemory;
 use super::split::{SplitLayout, SplitRing};
 use super::{copy_from_segs, SegVec, SegWriter};
 use crate::device::Negotiated;
 use crate::stats::DropReason;
-
-const NEXT: u16 = 1;
-const WRITE: u16 = 2;
-const INDIRECT: u16 = 4;
 
 const BASE: u64 = 0x1_0000_0000;
 const MEM: usize = 1 << 20;

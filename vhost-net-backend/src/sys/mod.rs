@@ -19,6 +19,7 @@
 //! | `netns.rs` | `setns` into a network namespace, on a thread of its own |
 //! | `tsc.rs` | the time-stamp counter, for busy/idle cycle accounting |
 //! | `unix.rs` | Unix stream sockets at paths of any length (through the directory when longer than `sun_path`); server sockets bound, and client sockets checked and connected, without following a tenant's links |
+//! | `driver.rs` | (feature `test-utils`) `memfd_create` and `poll` for the in-process test driver |
 //! | `dirfd.rs` | paths walked by directory descriptors (`O_NOFOLLOW` per component, links followed only in trusted directories), `mkdirat`, `fchownat`, `unlinkat`, `renameat2`, `O_NOFOLLOW` files |
 //!
 //! This module and `ring/` are the only places that opt into `unsafe`.
@@ -32,6 +33,7 @@ use std::io;
 pub(crate) mod bpf;
 pub mod caps;
 pub mod dirfd;
+pub(crate) mod driver;
 pub(crate) mod guarded;
 pub(crate) mod mmap;
 pub(crate) mod netdev;

@@ -66,6 +66,15 @@
 //! benches that measure the backend with the driver on another core, but the driver's own
 //! cost is not negligible below a microsecond per frame.
 //!
+//! # The other doubles
+//!
+//! | file | double |
+//! |---|---|
+//! | `loopback` | [`LoopbackGuest`]: one queue pair whose rings live in this process, driven from the caller's thread with no socket (benches, fuzzers) |
+//! | `uplink` | [`ScriptedUplink`]: an in-memory uplink that receives what its [`Script`] queues and keeps what it is sent |
+//! | `reference` | [`Reference`]: `virtio-queue` over a copy of a loopback guest's memory, for differential tests |
+//! | `limits`, `flags` | the engine's limits and the descriptor flags, for models that must agree with the engine |
+//!
 //! # Example
 //!
 //! ```no_run
@@ -114,30 +123,53 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 use crate::net_hdr::MAX_HDR_LEN;
-use crate::ring::driver_sys::{memfd, poll_fd};
+use crate::sys::driver::{memfd, poll_fd};
 
 mod control;
 mod datapath;
 mod error;
 mod frames;
+mod loopback;
 mod opts;
 mod reference;
+mod uplink;
 mod used;
 mod vring;
 
 use self::error::req;
 pub use self::error::DriverError;
 pub use self::frames::{decode_hdr, encode_hdr, RxFrame, VringAddrs};
+pub use self::loopback::{LoopbackGuest, LoopbackOpts};
 pub use self::opts::{DriverOpts, MemTableMode, RxLayout, TxLayout};
 pub use self::reference::{sanitized_tx, RefChain, Reference};
+pub use self::uplink::{Script, ScriptedUplink};
 pub use self::vring::desc_bytes;
 use self::vring::{
     need_event, split_lengths, BufAlloc, Chain, ExtentAlloc, Fill, PartialFrame, Vring, POISON,
 };
 pub use crate::net_hdr::VirtioNetHdr;
-pub use crate::ring::loopback::{LoopbackGuest, LoopbackOpts};
 pub use crate::ring::DirtyLog;
 pub use crate::ring::{Layout, PackedLayout, SplitLayout};
+
+/// The engine's limits, for models and tests that must agree with the
+/// engine rather than copy its numbers (the fuzz model, the differential
+/// tests).
+pub mod limits {
+    pub use crate::queue::tx::{TX_BATCH, TX_BATCH_SEGS};
+    pub use crate::queue::{HEAD_LEN, MAX_RX_CHAINS};
+    pub use crate::ring::{
+        BURST_DESC_BUDGET, MAX_CHAIN_DESCS, MAX_CHAIN_READS, MAX_CHAIN_SEGS, MAX_RX_FRAME_SEGS,
+    };
+}
+
+/// The virtqueue flag words the engine reads (from `virtio-bindings`), for
+/// drivers and models built on raw descriptors.
+pub mod flags {
+    pub use crate::ring::flags::{
+        AVAIL_F_NO_INTERRUPT, DESC_F_AVAIL, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_USED,
+        DESC_F_WRITE, EVENT_DESC, EVENT_DISABLE, EVENT_ENABLE, USED_F_NO_NOTIFY,
+    };
+}
 
 // ===== constants =====
 

@@ -11,8 +11,8 @@ use virtio_queue::{DescriptorChain, Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::net_hdr;
-use crate::ring::loopback::LoopbackGuest;
 use crate::ring::Layout;
+use crate::test_utils::LoopbackGuest;
 
 /// A copy of a loopback guest's memory at the same guest physical
 /// addresses, and a `virtio_queue::Queue` on one of its split rings.

@@ -26,9 +26,7 @@ pub(crate) const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// Poller token of the echo thread's stop eventfd.
 pub(crate) const STOP_TOKEN: u64 = u64::MAX;
 
-pub(crate) const DESC_F_NEXT: u16 = 1;
-pub(crate) const DESC_F_WRITE: u16 = 2;
-pub(crate) const DESC_F_INDIRECT: u16 = 4;
+pub(crate) use vhost_net_backend::test_utils::flags::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
 
 /// The messages the process logged at `INFO` and above (ports log from their own threads, so
 /// the capture is process-wide), from [`LogCapture::install`] on.

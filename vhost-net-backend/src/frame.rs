@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
-//! The frame-copy trait: [`FrameSource`] is anything that can be copied, in
-//! one pass, through a [`FrameWriter`] into guest RX buffers or a host
-//! buffer (an uplink's transmit slot, a scratch buffer: [`copy_frame`]).
+//! The frame vocabulary every sink, uplink, queue and the forwarder share:
+//! [`FrameSource`] is anything that can be copied, in one pass, through a
+//! [`FrameWriter`] into guest RX buffers or a host buffer (an uplink's
+//! transmit slot, a scratch buffer: [`copy_frame`]); [`Spliced`] is a frame
+//! with new leading bytes over another's tail.
 //!
-//! A guest TX frame ([`TxFrame`](super::TxFrame)) is a source whose bytes
+//! It sits below [`crate::sink`], [`crate::io`] and [`crate::queue`] and
+//! imports only the ring engine's copy (`ring::copy_from_segs`, `SegWriter`).
+//!
+//! A guest TX frame ([`TxFrame`](crate::TxFrame)) is a source whose bytes
 //! stay in guest memory: the writer copies them straight from the guest's
 //! buffers to their destination, the frame's only copy on this hop.
 
@@ -32,7 +37,7 @@ impl<'w, 'a> FrameWriter<'w, 'a> {
 
     /// A writer filling the guest buffers behind `w`.
     #[inline]
-    pub(super) fn guest(w: &'w mut SegWriter<'a>) -> Self {
+    pub(crate) fn guest(w: &'w mut SegWriter<'a>) -> Self {
         Self {
             sink: Target::Guest(w),
         }
@@ -54,7 +59,7 @@ impl<'w, 'a> FrameWriter<'w, 'a> {
 
     /// Appends `len` bytes of guest buffers `segs` from `offset`.
     #[inline]
-    pub(super) fn write_from_segs(&mut self, segs: &[Seg], offset: usize, len: usize) -> usize {
+    pub(crate) fn write_from_segs(&mut self, segs: &[Seg], offset: usize, len: usize) -> usize {
         match &mut self.sink {
             Target::Guest(w) => w.write_from_segs(segs, offset, len),
             Target::Host { buf, pos } => {

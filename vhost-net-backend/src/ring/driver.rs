@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
-//! A guest double for benches and fuzzing: one queue pair whose rings live
-//! in anonymous memory of this process, driven from the caller's thread with
-//! no socket and no control plane in between.
+//! The driver side of one RX and one TX ring in anonymous memory of this
+//! process: the raw descriptor, avail and used accesses a guest double
+//! makes, behind a small safe API, so the double
+//! ([`LoopbackGuest`](crate::test_utils::LoopbackGuest)) holds no `unsafe`.
+//! Test-only (feature `test-utils`).
 //!
 //! Each ring has a fixed buffer per descriptor slot: TX buffer `i` holds the
 //! `i`-th posted frame (header + bytes), RX buffer `i` is `buf_len` bytes.
@@ -10,49 +12,14 @@
 //! flags stored last); reaping reads the used side back. It is a driver as
 //! simple as possible, not a validating one: the ring tests and the
 //! in-process driver (`test_utils`) check protocol details.
+#![cfg(feature = "test-utils")]
 
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
-use super::log::{DirtyLog, LogTarget, LOG_PAGE_SHIFT};
+use super::flags::{DESC_F_AVAIL as AVAIL, DESC_F_USED as USED, DESC_F_WRITE as WRITE};
 use super::memory::GuestMemory;
 use super::{Layout, PackedLayout, SplitLayout};
-use crate::device::{bits, Negotiated, MAX_FRAME_LEN};
-use crate::queue::{QueuePair, RingConfig, VringShared};
-
-const WRITE: u16 = 2;
-const AVAIL: u16 = 1 << 7;
-const USED: u16 = 1 << 15;
-
-/// How to build a [`LoopbackGuest`].
-#[derive(Debug, Clone, Copy)]
-pub struct LoopbackOpts {
-    /// Packed rings instead of split.
-    pub packed: bool,
-    /// Ring size (a power of two for split rings).
-    pub size: u16,
-    /// Acked virtio features (EVENT_IDX, MRG_RXBUF, ... ; VERSION_1 is
-    /// always added; RING_PACKED follows `packed`).
-    pub features: u64,
-    /// Length of each TX buffer (the largest TX frame + header), and of
-    /// each RX buffer unless `rx_buf_len` says otherwise.
-    pub buf_len: u32,
-    /// Length of each RX buffer, when it differs (e.g. 2 KiB mergeable
-    /// buffers for 9000-byte frames).
-    pub rx_buf_len: Option<u32>,
-}
-
-impl Default for LoopbackOpts {
-    fn default() -> Self {
-        Self {
-            packed: false,
-            size: 256,
-            features: bits::MRG_RXBUF,
-            buf_len: 2048,
-            rx_buf_len: None,
-        }
-    }
-}
 
 #[derive(Debug)]
 struct DrvRing {
@@ -73,51 +40,32 @@ struct DrvRing {
     outstanding: u16,
 }
 
-/// One queue pair of a fake guest.
+/// Both rings of a loopback guest and the memory they live in.
 #[derive(Debug)]
-pub struct LoopbackGuest {
+pub(crate) struct DriverRings {
     mem: Arc<GuestMemory>,
     rx: DrvRing,
     tx: DrvRing,
-    hdr_len: usize,
     len: u64,
-    /// The device side, to drive with the burst API.
-    pub qp: QueuePair,
-    log: Option<Arc<DirtyLog>>,
 }
 
-const GPA: u64 = 0x1_0000_0000;
+/// Guest-physical start of a loopback guest's memory.
+pub(crate) const GPA: u64 = 0x1_0000_0000;
 
-impl LoopbackGuest {
-    /// Lays out both rings and their buffers and starts the queue pair.
+impl DriverRings {
+    /// Lays out both rings and their buffers (`rx_len` and `tx_len` bytes
+    /// per slot) in fresh anonymous memory.
     ///
     /// # Panics
-    /// On an invalid `opts` (size 0, a split size that is not a power of
+    /// On an invalid layout (size 0, a split size that is not a power of
     /// two, a buffer shorter than 64 bytes).
-    pub fn new(opts: LoopbackOpts) -> Self {
-        Self::build(opts, false)
-    }
-
-    /// [`LoopbackGuest::new`] with dirty-page logging on (`LOG_ALL` acked,
-    /// a log covering the whole memory): what a ring costs during a live
-    /// migration. The log is [`LoopbackGuest::dirty_log`].
-    pub fn with_dirty_log(opts: LoopbackOpts) -> Self {
-        Self::build(opts, true)
-    }
-
-    /// The dirty log, when built [`LoopbackGuest::with_dirty_log`].
-    pub fn dirty_log(&self) -> Option<&DirtyLog> {
-        self.log.as_deref()
-    }
-
-    fn build(opts: LoopbackOpts, logged: bool) -> Self {
-        assert!(opts.size > 0 && (opts.packed || opts.size.is_power_of_two()));
-        let rx_len = opts.rx_buf_len.unwrap_or(opts.buf_len);
-        assert!(opts.buf_len >= 64 && rx_len >= 64);
-        let n = usize::from(opts.size);
+    pub(crate) fn new(packed: bool, size: u16, rx_len: u32, tx_len: u32) -> Self {
+        assert!(size > 0 && (packed || size.is_power_of_two()));
+        assert!(tx_len >= 64 && rx_len >= 64);
+        let n = usize::from(size);
         let ring_bytes = (16 * n + 4096 + 8 * n + 4096).next_multiple_of(4096);
         let rx_bytes = n * rx_len as usize;
-        let tx_bytes = n * opts.buf_len as usize;
+        let tx_bytes = n * tx_len as usize;
         let total = 2 * ring_bytes + rx_bytes + tx_bytes;
         let mem = Arc::new(GuestMemory::anonymous(&[(GPA, total)]));
         let mut hint = 0;
@@ -129,8 +77,8 @@ impl LoopbackGuest {
             let avail = desc + 16 * n;
             let used = (avail + 6 + 2 * n).next_multiple_of(4096);
             DrvRing {
-                packed: opts.packed,
-                size: opts.size,
+                packed,
+                size,
                 desc,
                 avail,
                 used,
@@ -143,95 +91,32 @@ impl LoopbackGuest {
                 outstanding: 0,
             }
         };
-        let rx = mk(0, rx_len);
-        let tx = mk(ring_bytes + rx_bytes, opts.buf_len);
-        let mut features = opts.features | bits::VERSION_1;
-        if logged {
-            features |= bits::LOG_ALL;
-        }
-        if opts.packed {
-            features |= bits::RING_PACKED;
-        }
-        let features = Negotiated::new(features);
-        let gpa_of = |hva: usize| GPA + (hva - base) as u64;
-        let layout = |r: &DrvRing| {
-            if opts.packed {
-                Layout::Packed(PackedLayout {
-                    desc: gpa_of(r.desc),
-                    driver: gpa_of(r.avail),
-                    device: gpa_of(r.used),
-                    size: opts.size,
-                })
-            } else {
-                Layout::Split(SplitLayout {
-                    desc: gpa_of(r.desc),
-                    avail: gpa_of(r.avail),
-                    used: gpa_of(r.used),
-                    size: opts.size,
-                })
-            }
-        };
-        // One bit per 4 KiB page from GPA 0 to the end of the memory.
-        let log_bytes = ((GPA + total as u64) >> LOG_PAGE_SHIFT).div_ceil(8);
-        let log = logged.then(|| Arc::new(DirtyLog::anonymous(log_bytes as usize)));
-        let base_idx = if opts.packed { 0x8000_8000 } else { 0 };
-        let shared: Vec<Arc<VringShared>> = (0..2)
-            .map(|_| Arc::new(VringShared::new().expect("eventfd")))
-            .collect();
-        for (i, r) in [&rx, &tx].into_iter().enumerate() {
-            let cfg = RingConfig {
-                mem: Arc::clone(&mem),
-                layout: layout(r),
-                base: base_idx,
-                epoch: 1,
-                kick: None,
-                call: None,
-                features,
-                max_frame: MAX_FRAME_LEN,
-                log: log.as_ref().map(|l| LogTarget {
-                    log: Arc::clone(l),
-                    used_gpa: gpa_of(r.used),
-                }),
-            };
-            // Not attached yet: applied at the first burst, no wait.
-            shared[i].publish(Some(Arc::new(cfg)));
-        }
-        let qp = QueuePair::new(0, Arc::clone(&shared[0]), Arc::clone(&shared[1]));
-        let g = Self {
+        let d = Self {
+            rx: mk(0, rx_len),
+            tx: mk(ring_bytes + rx_bytes, tx_len),
             mem,
-            rx,
-            tx,
-            hdr_len: features.hdr_len(),
             len: total as u64,
-            qp,
-            log,
         };
         // Descriptor i always points at buffer i (split); packed descriptors
         // are written at post time.
-        if !opts.packed {
-            let (rx_bufs, tx_bufs) = (g.rx.bufs, g.tx.bufs);
-            for i in 0..opts.size {
-                let i_ = usize::from(i);
-                let rx_at = rx_bufs + i_ * rx_len as usize;
-                let tx_at = tx_bufs + i_ * opts.buf_len as usize;
-                write_desc(g.rx.desc, i, gpa_of(rx_at), rx_len, WRITE, 0);
-                write_desc(g.tx.desc, i, gpa_of(tx_at), opts.buf_len, 0, 0);
+        if !packed {
+            for i in 0..size {
+                let rx_at = d.gpa(d.rx.bufs + usize::from(i) * d.rx.buf_len);
+                let tx_at = d.gpa(d.tx.bufs + usize::from(i) * d.tx.buf_len);
+                write_desc(d.rx.desc, i, rx_at, rx_len, WRITE, 0);
+                write_desc(d.tx.desc, i, tx_at, tx_len, 0, 0);
             }
         }
-        g
+        d
     }
 
-    /// Takes the device side out, to hand it to a data plane that owns its
-    /// queues (a switch's PMD); `self.qp` is left as a queue pair whose
-    /// rings never run. The guest side (`post_*`, `reap_*`) keeps working.
-    pub fn take_qp(&mut self) -> QueuePair {
-        let idle = |_| Arc::new(VringShared::new().expect("eventfd"));
-        let spare = QueuePair::new(0, idle(0), idle(1));
-        std::mem::replace(&mut self.qp, spare)
+    /// The memory both rings live in.
+    pub(crate) fn memory(&self) -> &Arc<GuestMemory> {
+        &self.mem
     }
 
     /// Guest-physical layout of the RX ring (`rx == true`) or TX ring.
-    pub fn layout(&self, rx: bool) -> Layout {
+    pub(crate) fn layout(&self, rx: bool) -> Layout {
         let r = if rx { &self.rx } else { &self.tx };
         let (desc, avail, used) = (self.gpa(r.desc), self.gpa(r.avail), self.gpa(r.used));
         if r.packed {
@@ -251,23 +136,28 @@ impl LoopbackGuest {
         }
     }
 
-    /// Guest-physical address of buffer `i` of the RX or TX ring (buffers
-    /// are `buf_len` bytes, one per descriptor slot).
-    pub fn buffer_gpa(&self, rx: bool, i: u16) -> u64 {
+    /// Guest-physical address of the used ring (split) or device event
+    /// area (packed) of the RX or TX ring.
+    pub(crate) fn used_gpa(&self, rx: bool) -> u64 {
+        self.gpa(if rx { self.rx.used } else { self.tx.used })
+    }
+
+    /// Guest-physical address of buffer `i` of the RX or TX ring.
+    pub(crate) fn buffer_gpa(&self, rx: bool, i: u16) -> u64 {
         let r = if rx { &self.rx } else { &self.tx };
         self.gpa(r.bufs + usize::from(i) * r.buf_len)
     }
 
     /// Guest memory: its guest-physical start and length (one region).
-    pub fn memory_range(&self) -> (u64, u64) {
+    pub(crate) fn memory_range(&self) -> (u64, u64) {
         (GPA, self.len)
     }
 
-    /// Writes raw bytes at a guest-physical address (for hostile rings).
+    /// Writes raw bytes at a guest-physical address.
     ///
     /// # Panics
     /// When the range is outside guest memory.
-    pub fn write_guest(&self, gpa: u64, bytes: &[u8]) {
+    pub(crate) fn write_guest(&self, gpa: u64, bytes: &[u8]) {
         write_bytes(self.hva(gpa, bytes.len(), "write"), bytes);
     }
 
@@ -275,13 +165,8 @@ impl LoopbackGuest {
     ///
     /// # Panics
     /// When the range is outside guest memory.
-    pub fn read_guest(&self, gpa: u64, out: &mut [u8]) {
+    pub(crate) fn read_guest(&self, gpa: u64, out: &mut [u8]) {
         read_bytes(self.hva(gpa, out.len(), "read"), out);
-    }
-
-    /// Length of the virtio-net header in front of every frame.
-    pub fn hdr_len(&self) -> usize {
-        self.hdr_len
     }
 
     /// The host address of guest-physical `gpa..gpa + len`; panics (naming
@@ -299,18 +184,23 @@ impl LoopbackGuest {
         GPA + (hva - base) as u64
     }
 
-    /// Posts up to `n` copies of `frame` (with a zero virtio-net header) on
-    /// the TX ring; returns how many were posted (limited by free slots).
-    pub fn post_tx(&mut self, frame: &[u8], n: usize) -> usize {
-        let len = self.hdr_len + frame.len();
+    /// Posts up to `n` copies of `frame` behind a zero header of `hdr_len`
+    /// bytes on the TX ring; returns how many were posted (limited by free
+    /// slots).
+    ///
+    /// # Panics
+    /// When a header and the frame do not fit a TX buffer.
+    pub(crate) fn post_tx(&mut self, hdr_len: usize, frame: &[u8], n: usize) -> usize {
+        let len = hdr_len + frame.len();
         assert!(len <= self.tx.buf_len, "frame larger than the TX buffers");
+        assert!(hdr_len <= 12, "a virtio-net header is at most 12 bytes");
         let free = usize::from(self.tx.size - self.tx.outstanding);
         let n = n.min(free);
         for _ in 0..n {
             let slot = self.tx.slot();
             let buf = self.tx.bufs + usize::from(slot) * self.tx.buf_len;
-            write_bytes(buf, &[0u8; 12][..self.hdr_len]);
-            write_bytes(buf + self.hdr_len, frame);
+            write_bytes(buf, &[0u8; 12][..hdr_len]);
+            write_bytes(buf + hdr_len, frame);
             if self.tx.packed {
                 let gpa = self.gpa(buf);
                 self.tx.post_packed(gpa, len as u32, 0, slot);
@@ -323,7 +213,7 @@ impl LoopbackGuest {
     }
 
     /// Makes up to `n` RX buffers available; returns how many.
-    pub fn post_rx(&mut self, n: usize) -> usize {
+    pub(crate) fn post_rx(&mut self, n: usize) -> usize {
         let free = usize::from(self.rx.size - self.rx.outstanding);
         let n = n.min(free);
         for _ in 0..n {
@@ -342,12 +232,12 @@ impl LoopbackGuest {
     }
 
     /// Consumes used TX entries; returns how many buffers came back.
-    pub fn reap_tx(&mut self) -> usize {
+    pub(crate) fn reap_tx(&mut self) -> usize {
         self.tx.reap(&mut |_, _| {})
     }
 
     /// Consumes used RX entries; returns (buffers, bytes written).
-    pub fn reap_rx(&mut self) -> (usize, u64) {
+    pub(crate) fn reap_rx(&mut self) -> (usize, u64) {
         let mut bytes = 0u64;
         let n = self.rx.reap(&mut |_, len| bytes += u64::from(len));
         (n, bytes)
@@ -355,7 +245,7 @@ impl LoopbackGuest {
 
     /// Consumes used RX entries, calling `f` with each buffer's contents
     /// (virtio-net header included).
-    pub fn reap_rx_with(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
+    pub(crate) fn reap_rx_with(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
         let bufs = self.rx.bufs;
         let blen = self.rx.buf_len;
         self.rx.reap(&mut |id, len| {
