@@ -458,7 +458,7 @@ fn copy_bytes_copies_exactly_at_every_length_and_alignment() {
             let at = 64 + dof;
             // SAFETY: both ranges lie inside their vectors (`at + n` and
             // `so + n` are at most 4224 and 4159).
-            unsafe { super::copy_bytes(dst.as_mut_ptr().add(at), src.as_ptr().add(so), n) };
+            unsafe { super::copy::copy_bytes(dst.as_mut_ptr().add(at), src.as_ptr().add(so), n) };
             assert_eq!(
                 &dst[at..at + n],
                 &src[so..so + n],
@@ -483,7 +483,7 @@ fn copy_bytes_overlapping_ranges_copy_as_memmove() {
             let (from, to) = (1000usize, 1000usize.checked_add_signed(shift).unwrap());
             let p = got.as_mut_ptr();
             // SAFETY: both ranges lie inside `got` (at most 1200 + 1514).
-            unsafe { super::copy_bytes(p.add(to), p.add(from), n) };
+            unsafe { super::copy::copy_bytes(p.add(to), p.add(from), n) };
             want.copy_within(from..from + n, to);
             assert!(got == want, "{n} bytes shifted by {shift}");
         }

@@ -41,8 +41,10 @@ pub struct Script {
     pub counters: UplinkCounters,
 }
 
-/// An in-memory [`Uplink`] driven by a [`Script`] (see the [module
-/// documentation](self)).
+/// An in-memory [`Uplink`] driven by a [`Script`]: it receives what the
+/// script queues, keeps what it is sent, and counts like a real uplink.
+/// Clones share one script: keep one to watch an uplink that moved into a
+/// data plane.
 #[derive(Debug, Clone)]
 pub struct ScriptedUplink {
     name: Arc<str>,
