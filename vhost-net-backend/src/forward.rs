@@ -17,6 +17,22 @@
 //!
 //! Hot path: no allocation (the scratch buffer and the [`Segmenter`] are
 //! allocated once, by [`Forwarder::new`]), no lock, no syscall.
+//!
+//! # Why `forward` and `forward_typed`
+//!
+//! Both run the same code (the private `forward_by`);
+//! they differ in the push: [`Forwarder::forward`] takes any
+//! `&dyn FrameSource` and pushes it through [`Sink::push`], whose copy
+//! calls the frame's methods through its trait object;
+//! [`Forwarder::forward_typed`] takes the frame's type and pushes through
+//! [`Sink::push_typed`], which a guest's RX queue implements with the
+//! copy inlined for that type (a [`TxFrame`](crate::TxFrame), a byte
+//! slice). They are kept apart on purpose: one generic `push<F: ?Sized>`
+//! would make [`Sink`] unusable as a trait object and change the code the
+//! data path compiles to in every implementer, a change that needs a
+//! same-run benchmark A/B to be taken. `push_typed` has a default that
+//! calls `push`, so a sink implements only the object-safe method unless
+//! it has a faster copy for known types.
 
 use crate::frame::{copy_frame, FrameSource};
 use crate::io::offload::{fits, lend_within, Segmenter};

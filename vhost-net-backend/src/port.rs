@@ -22,17 +22,14 @@ use vhost::vhost_user::BackendReqHandler;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use crate::control::intercept::{intercept, Intercept};
 use crate::control::{DeviceParams, PortCtl};
 use crate::device::{self, Offloads, MAX_FRAME_LEN, MAX_QUEUE_PAIRS};
 use crate::queue::{QueuePair, VringShared};
 use crate::stats::QueueCounters;
 use crate::sys;
 
-/// What a port does with a `SEND_RARP` (a migrated guest's MAC, on the
-/// target): announce the address on the network. Called on the port's
-/// control thread, with no lock held; returns whether the announce was
-/// accepted (a refusal is NACKed to a frontend that asked for a reply).
-pub type AnnounceHandler = Arc<dyn Fn([u8; 6]) -> bool + Send + Sync>;
+pub use crate::control::intercept::AnnounceHandler;
 
 /// Who creates the vhost-user socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -502,8 +499,14 @@ fn serve_connection(inner: &PortInner, stream: UnixStream) {
         }
     };
     let mut handler = BackendReqHandler::from_stream(stream, Arc::clone(&inner.ctl));
+    let port = Intercept {
+        name: &inner.name,
+        ctl: &inner.ctl,
+        acked: &inner.acked,
+        announce: &inner.announce,
+    };
     let why = loop {
-        match early_vring_enable(inner, &peek_sock) {
+        match intercept(&port, &peek_sock) {
             Ok(true) => continue,
             Ok(false) => {}
             Err(e) => break e,
@@ -521,164 +524,4 @@ fn serve_connection(inner: &PortInner, stream: UnixStream) {
     *lock(&inner.connection) = None;
     lock(&inner.ctl).reset_connection();
     inner.connected.store(false, Ordering::Release);
-}
-
-/// `VHOST_USER_SET_VRING_ENABLE`.
-const REQ_SET_VRING_ENABLE: u32 = 18;
-/// `VHOST_USER_SET_LOG_FD`.
-const REQ_SET_LOG_FD: u32 = 7;
-/// `VHOST_USER_SEND_RARP`.
-const REQ_SEND_RARP: u32 = 19;
-/// Header flags: protocol version 1, reply, need-reply.
-const HDR_VERSION_1: u32 = 0x1;
-const HDR_REPLY: u32 = 0x4;
-const HDR_NEED_REPLY: u32 = 0x8;
-
-/// Handles a `SET_VRING_ENABLE` that arrives before `SET_FEATURES` acked
-/// `PROTOCOL_FEATURES`.
-///
-/// QEMU sends one per vring right after the protocol-feature handshake,
-/// with `NEED_REPLY`, and waits for the ack; the `vhost` crate refuses the
-/// message without replying (the feature is not acked yet), which would hang
-/// the frontend. We peek at each header and take this one message ourselves:
-/// the requested state is recorded (it applies once the ring starts) and
-/// acked. `SET_LOG_FD` ([`set_log_fd`]) and `SEND_RARP` ([`send_rarp`])
-/// are taken here too. Returns whether a message was consumed.
-fn early_vring_enable(
-    inner: &PortInner,
-    sock: &UnixStream,
-) -> Result<bool, vhost::vhost_user::Error> {
-    use std::io::Read;
-    use vhost::vhost_user::Error as E;
-    use vhost::vhost_user::VhostUserBackendReqHandlerMut;
-
-    let mut hdr = [0u8; 12];
-    match sys::peek(sock, &mut hdr) {
-        Ok(0) => return Err(E::Disconnected),
-        Ok(n) if n < hdr.len() => return Ok(false), // let the crate report it
-        Ok(_) => {}
-        Err(e) => return Err(E::SocketError(e)),
-    }
-    let word = |i: usize| u32::from_le_bytes(hdr[i..i + 4].try_into().expect("4 bytes"));
-    let (request, flags, size) = (word(0), word(4), word(8));
-    if request == REQ_SET_LOG_FD && size == 0 {
-        return set_log_fd(inner, sock, flags).map(|()| true);
-    }
-    if request == REQ_SEND_RARP {
-        return send_rarp(inner, sock, flags, size).map(|()| true);
-    }
-    let protocol_acked = inner.acked.load(Ordering::Acquire) & device::bits::PROTOCOL_FEATURES != 0;
-    if request != REQ_SET_VRING_ENABLE || protocol_acked || size != 8 {
-        return Ok(false);
-    }
-    let mut msg = [0u8; 20];
-    (&*sock).read_exact(&mut msg).map_err(E::SocketBroken)?;
-    let index = u32::from_le_bytes(msg[12..16].try_into().expect("4 bytes"));
-    let num = u32::from_le_bytes(msg[16..20].try_into().expect("4 bytes"));
-    let res = match num {
-        0 | 1 => lock(&inner.ctl).set_vring_enable(index, num == 1),
-        _ => Err(E::InvalidParam),
-    };
-    tracing::debug!(
-        "port {}: SET_VRING_ENABLE({index}, {num}) before features were acked: {}",
-        inner.name,
-        if res.is_ok() { "recorded" } else { "refused" }
-    );
-    if flags & HDR_NEED_REPLY != 0 {
-        ack(sock, REQ_SET_VRING_ENABLE, res.is_err())?;
-    } else {
-        res?;
-    }
-    Ok(true)
-}
-
-/// Writes a `REPLY_ACK` reply to `request` (`failed`: a non-zero status).
-fn ack(sock: &UnixStream, request: u32, failed: bool) -> Result<(), vhost::vhost_user::Error> {
-    use std::io::Write;
-    let mut reply = [0u8; 20];
-    reply[0..4].copy_from_slice(&request.to_le_bytes());
-    reply[4..8].copy_from_slice(&(HDR_VERSION_1 | HDR_REPLY).to_le_bytes());
-    reply[8..12].copy_from_slice(&8u32.to_le_bytes());
-    reply[12..20].copy_from_slice(&u64::from(failed).to_le_bytes());
-    (&*sock)
-        .write_all(&reply)
-        .map_err(vhost::vhost_user::Error::SocketBroken)
-}
-
-/// Takes a `SET_LOG_FD` (which the `vhost` crate does not handle and would
-/// close the connection on): the eventfd it carries is accepted and closed
-/// unused (read without ancillary space, the kernel closes it). The log
-/// itself needs no signal: the frontend reads the bitmap when it syncs
-/// (QEMU's vhost-user frontend never sends this message).
-fn set_log_fd(
-    inner: &PortInner,
-    sock: &UnixStream,
-    flags: u32,
-) -> Result<(), vhost::vhost_user::Error> {
-    use std::io::Read;
-    let mut hdr = [0u8; 12];
-    (&*sock)
-        .read_exact(&mut hdr)
-        .map_err(vhost::vhost_user::Error::SocketBroken)?;
-    tracing::debug!("port {}: SET_LOG_FD accepted (not signalled)", inner.name);
-    if flags & HDR_NEED_REPLY != 0 {
-        ack(sock, REQ_SET_LOG_FD, false)?;
-    }
-    Ok(())
-}
-
-/// Takes a `SEND_RARP` (which the `vhost` crate does not handle): the MAC
-/// in the first 6 bytes of its u64 payload goes to the announce handler,
-/// and the frontend gets the handler's answer when it asked for a reply
-/// (`REPLY_ACK`). Without the `RARP` protocol feature acked, or with
-/// another payload size, the request is invalid: NACKed and the connection
-/// closed, like every invalid request.
-fn send_rarp(
-    inner: &PortInner,
-    sock: &UnixStream,
-    flags: u32,
-    size: u32,
-) -> Result<(), vhost::vhost_user::Error> {
-    use std::io::Read;
-    use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
-    use vhost::vhost_user::Error as E;
-    if size != 8 {
-        tracing::warn!("port {}: SEND_RARP of {size} bytes", inner.name);
-        return Err(E::InvalidMessage);
-    }
-    let mut msg = [0u8; 20];
-    (&*sock).read_exact(&mut msg).map_err(E::SocketBroken)?;
-    let mut mac = [0u8; 6];
-    mac.copy_from_slice(&msg[12..18]);
-    let shown = crate::wire::MacAddr(mac);
-    if !lock(&inner.ctl).protocol_acked(P::RARP) {
-        tracing::warn!(
-            "port {}: SEND_RARP {shown} without the RARP protocol feature",
-            inner.name
-        );
-        if flags & HDR_NEED_REPLY != 0 {
-            ack(sock, REQ_SEND_RARP, true)?;
-        }
-        return Err(E::InvalidOperation("SEND_RARP without PROTOCOL_F_RARP"));
-    }
-    let handler = lock(&inner.announce).clone();
-    let accepted = match handler {
-        Some(h) => h(mac),
-        None => {
-            tracing::debug!(
-                "port {}: SEND_RARP {shown}: no announce handler",
-                inner.name
-            );
-            true
-        }
-    };
-    tracing::info!(
-        "port {}: SEND_RARP {shown}: {}",
-        inner.name,
-        if accepted { "announced" } else { "refused" }
-    );
-    if flags & HDR_NEED_REPLY != 0 {
-        ack(sock, REQ_SEND_RARP, !accepted)?;
-    }
-    Ok(())
 }

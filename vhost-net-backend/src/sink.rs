@@ -39,6 +39,10 @@ pub trait Sink {
     /// can copy from it without calls through the trait object (a guest's
     /// RX queue) does so. The same contract.
     ///
+    /// A second method rather than one generic `push`, so that `Sink`
+    /// stays object-safe and what the data path compiles to stays as
+    /// measured (the reason is in [`crate::forward`]'s documentation).
+    ///
     /// # Errors
     /// As [`Sink::push`].
     #[inline]

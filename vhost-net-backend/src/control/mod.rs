@@ -14,6 +14,11 @@
 //! frontend gets a NACK when it asked for one (`REPLY_ACK`), and the
 //! connection is closed (every ring stopped, the device reset); the port then
 //! serves the next connection. It never panics the process.
+//!
+//! Three requests the `vhost` crate cannot serve are taken before it reads
+//! them: [`intercept`].
+
+pub(crate) mod intercept;
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
