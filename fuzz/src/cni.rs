@@ -222,9 +222,13 @@ fn check_conf(stdin: &[u8], c: &NetConf) {
                 c.socket_owner.is_none() && c.socket_group.is_none() && c.socket_mode.is_none()
             );
         }
+        Kind::HostTap => {
+            assert_eq!(c.raw["kind"], "host-tap");
+            assert!(c.kata_dan, "a host-tap is a Kata DAN device");
+        }
     }
     if let Some(q) = c.queues {
-        let max = if c.kind == Kind::Tap { 64 } else { 128 };
+        let max = if c.kind == Kind::VhostUser { 128 } else { 64 };
         assert!((1..=max).contains(&q), "queues {q}");
     }
     if let Some(t) = &c.ipam_type {
