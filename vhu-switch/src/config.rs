@@ -39,6 +39,7 @@ use serde::Deserialize;
 use toml::Spanned;
 use vhu_api::{PortKind, PortSpec, Role};
 
+use crate::endpoint::socket_path;
 use crate::fdb::{FdbConfig, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_PER_PORT};
 use crate::privilege::PortClass;
 
@@ -477,22 +478,6 @@ fn check_cpus(c: &[u32]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The socket path a vhost-user port's spec resolves to.
-pub fn socket_path(spec: &PortSpec, socket_dir: &Path) -> Option<PathBuf> {
-    if spec.kind != PortKind::VhostUser {
-        return None;
-    }
-    let name = spec
-        .socket
-        .clone()
-        .unwrap_or_else(|| format!("{}.sock", spec.name));
-    Some(if name.starts_with('/') {
-        PathBuf::from(name)
-    } else {
-        socket_dir.join(name)
-    })
 }
 
 fn check_ports(

@@ -3,7 +3,7 @@
 //! a vhost-user [`Port`] and its queue pairs, or an uplink (AF_XDP,
 //! AF_PACKET, TAP). What the host refuses (no such interface, a socket
 //! served by another process, an unknown user) comes back as a
-//! [`Refusal`] with the API's status.
+//! [`Refusal`] (the API answers it with its status).
 //!
 //! A `tap` port with a `netns` (a pod's TAP) is opened in that namespace,
 //! on a thread that entered it, and made persistent: the device outlives
@@ -12,7 +12,6 @@
 //! ([`Build::Restore`]: never created anew then). [`release`] deletes it
 //! when the port is removed.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use vhost_net_backend::io::af_packet::{AfPacket, AfPacketConfig, FanoutMode};
@@ -23,9 +22,9 @@ use vhost_net_backend::sys;
 use vhost_net_backend::{Offloads, Port, PortConfig, PortError, QueuePair, SocketRole};
 use vhu_api::{PortKind, PortSpec, Role, ZeroCopy};
 
-use crate::api::routes::Refusal;
-use crate::config::socket_path;
+use crate::control::Refusal;
 use crate::link::Link;
+use crate::privilege::lookup_id;
 
 /// What moves a port's frames, handed to its PMD thread.
 pub enum End {
@@ -301,22 +300,21 @@ fn guest(spec: &PortSpec, socket_dir: &Path) -> Result<(End, Handle), Refusal> {
     Ok((End::Guest(qps), Handle::Guest(port, path)))
 }
 
-/// A user or group id: numeric, or the name's entry in `file` (`/etc/passwd`
-/// or `/etc/group`: `name:x:id:...`).
-pub fn lookup_id(file: &str, name: &str) -> Result<u32, String> {
-    if let Ok(id) = name.parse::<u32>() {
-        return Ok(id);
+/// The socket path a vhost-user port's spec resolves to: its `socket`, or
+/// `<name>.sock`, in `socket_dir` unless absolute.
+pub fn socket_path(spec: &PortSpec, socket_dir: &Path) -> Option<PathBuf> {
+    if spec.kind != PortKind::VhostUser {
+        return None;
     }
-    let text = fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split(':');
-            let n = f.next()?;
-            let id = f.nth(1)?.parse::<u32>().ok()?;
-            (n == name).then_some(id)
-        })
-        .next()
-        .ok_or_else(|| format!("{name:?} is not in {file}"))
+    let name = spec
+        .socket
+        .clone()
+        .unwrap_or_else(|| format!("{}.sock", spec.name));
+    Some(if name.starts_with('/') {
+        PathBuf::from(name)
+    } else {
+        socket_dir.join(name)
+    })
 }
 
 #[cfg(test)]
@@ -324,20 +322,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_from_names_and_numbers() {
-        assert_eq!(lookup_id("/etc/passwd", "root"), Ok(0));
-        assert_eq!(lookup_id("/etc/group", "root"), Ok(0));
-        assert_eq!(lookup_id("/etc/passwd", "1234"), Ok(1234));
-        let e = lookup_id("/etc/passwd", "no-such-user-vhu").unwrap_err();
-        assert!(e.contains("not in /etc/passwd"), "{e}");
-    }
-
-    #[test]
     fn uplinks_on_missing_interfaces_are_refused() {
         let mut s = PortSpec::new("up", PortKind::AfPacket);
         s.interface = Some("vhu-nonexist0".into());
         let e = build(&s, Path::new("/tmp"), Build::Create).unwrap_err();
-        assert_eq!(e.status, 422, "{e:?}");
+        assert_eq!(e.kind, crate::control::RefusalKind::Invalid, "{e:?}");
         assert!(e.message.contains("vhu-nonexist0"), "{}", e.message);
         s.kind = PortKind::AfXdp;
         s.queues = Some(2);

@@ -27,6 +27,7 @@
 //! | [`link`] | is an uplink's interface still the one its queues are open on: down when it goes, reopened when it comes back |
 //! | [`pmd`] | a PMD thread: source burst -> [`decide::decide`] per frame (or the burst's kept decision for the flow) -> one copy per destination -> flush -> learn the burst's new sources |
 //! | [`switch`] | the port table, the FDB, persistence: what the API's handlers call |
+//! | [`control`] | what the API's handlers ask of the switch, and why the switch refuses (the API maps it to HTTP) |
 //! | [`privilege`] | which capabilities each port kind needs, which the switch keeps, the refusal of a port it cannot serve |
 //!
 //! `decide` never touches guest memory or a destination; destinations never
@@ -37,6 +38,7 @@
 pub mod api;
 pub mod capture;
 pub mod config;
+pub mod control;
 pub mod decide;
 pub mod endpoint;
 pub mod fdb;

@@ -34,12 +34,13 @@
 //! Kubernetes `securityContext.supplementalGroups`).
 
 use std::fmt;
+use std::fs;
 use std::sync::OnceLock;
 
 use vhost_net_backend::sys::caps::{self, Cap, CapSet, Caps};
 use vhu_api::{PortKind, PortSpec};
 
-use crate::api::routes::Refusal;
+use crate::control::Refusal;
 
 /// A class of port, as `port_kinds` names it: a kind, with a pod's TAP
 /// apart (it alone needs `CAP_SYS_ADMIN`).
@@ -163,9 +164,9 @@ pub fn required(spec: &PortSpec, me: &Identity) -> Vec<(Cap, &'static str)> {
     match PortClass::of(spec) {
         PortClass::VhostUser => {
             let other = |field: &Option<String>, file: &str, mine: &dyn Fn(u32) -> bool| {
-                field.as_deref().is_some_and(|n| {
-                    crate::endpoint::lookup_id(file, n).map_or(true, |id| !mine(id))
-                })
+                field
+                    .as_deref()
+                    .is_some_and(|n| lookup_id(file, n).map_or(true, |id| !mine(id)))
             };
             if other(&spec.owner, "/etc/passwd", &|id| id == me.uid) {
                 v.push((Cap::CHOWN, "to give its socket another owner"));
@@ -337,9 +338,36 @@ pub fn check(spec: &PortSpec) -> Result<(), Refusal> {
     }
 }
 
+/// A user or group id: numeric, or the name's entry in `file` (`/etc/passwd`
+/// or `/etc/group`: `name:x:id:...`).
+pub fn lookup_id(file: &str, name: &str) -> Result<u32, String> {
+    if let Ok(id) = name.parse::<u32>() {
+        return Ok(id);
+    }
+    let text = fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let n = f.next()?;
+            let id = f.nth(1)?.parse::<u32>().ok()?;
+            (n == name).then_some(id)
+        })
+        .next()
+        .ok_or_else(|| format!("{name:?} is not in {file}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_from_names_and_numbers() {
+        assert_eq!(lookup_id("/etc/passwd", "root"), Ok(0));
+        assert_eq!(lookup_id("/etc/group", "root"), Ok(0));
+        assert_eq!(lookup_id("/etc/passwd", "1234"), Ok(1234));
+        let e = lookup_id("/etc/passwd", "no-such-user-vhu").unwrap_err();
+        assert!(e.contains("not in /etc/passwd"), "{e}");
+    }
 
     fn me() -> Identity {
         Identity {

@@ -22,11 +22,11 @@ use vhu_api::{
     FdbAdd, FdbEntryView, MacAddr, PortKind, PortSpec, PortState, PortStats, PortView, QueueStats,
 };
 
-use crate::api::routes::{Control, Refusal};
 use crate::capture::CaptureTap;
-use crate::config::{socket_path, Config, PollMode as CfgPoll};
+use crate::config::{Config, PollMode as CfgPoll};
+use crate::control::{Control, Refusal};
 use crate::decide::{admit, Head, Ingress};
-use crate::endpoint::{self, Build, End, Handle};
+use crate::endpoint::{self, socket_path, Build, End, Handle};
 use crate::fdb::{Fdb, Learned, Origin};
 use crate::link::{self, Change, Detached};
 use crate::metrics::{self, PmdSample, PortSample, Snapshot};

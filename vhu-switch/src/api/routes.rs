@@ -32,88 +32,11 @@
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use vhu_api::{ApiError, FdbAdd, FdbEntryView, Health, LogLevel, PortSpec, PortStats, PortView};
+use vhu_api::{ApiError, FdbAdd, Health, LogLevel, PortSpec};
 
 use super::http::{Request, Response};
-
-/// Why the switch refused an action.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// The HTTP status.
-    pub status: u16,
-    /// What is wrong and how to fix it.
-    pub message: String,
-}
-
-impl Refusal {
-    /// 404.
-    pub fn not_found(m: impl Into<String>) -> Self {
-        Self {
-            status: 404,
-            message: m.into(),
-        }
-    }
-    /// 409.
-    pub fn conflict(m: impl Into<String>) -> Self {
-        Self {
-            status: 409,
-            message: m.into(),
-        }
-    }
-    /// 422.
-    pub fn invalid(m: impl Into<String>) -> Self {
-        Self {
-            status: 422,
-            message: m.into(),
-        }
-    }
-    /// 500: the switch could not do what was valid to ask.
-    pub fn failed(m: impl Into<String>) -> Self {
-        Self {
-            status: 500,
-            message: m.into(),
-        }
-    }
-}
-
-/// What the handlers need of the switch. Each call is one atomic change:
-/// done completely, or refused and nothing changed.
-pub trait Control: Send + Sync {
-    /// Whether the configured and persisted ports exist.
-    fn ready(&self) -> bool;
-    /// Every port, by name.
-    fn ports(&self) -> Vec<PortView>;
-    /// One port.
-    fn port(&self, name: &str) -> Option<PortView>;
-    /// Creates a port (already validated by [`PortSpec::validate`]).
-    ///
-    /// # Errors
-    /// 409 for a duplicate, 422 for what the host refuses.
-    fn add_port(&self, spec: PortSpec) -> Result<PortView, Refusal>;
-    /// Removes a port.
-    ///
-    /// # Errors
-    /// 404.
-    fn remove_port(&self, name: &str) -> Result<(), Refusal>;
-    /// A port's counters.
-    fn port_stats(&self, name: &str) -> Option<PortStats>;
-    /// The FDB.
-    fn fdb(&self) -> Vec<FdbEntryView>;
-    /// Adds a static FDB entry.
-    ///
-    /// # Errors
-    /// 404 (no such port), 422 (bad values), 409 (table full).
-    fn fdb_add(&self, e: FdbAdd) -> Result<FdbEntryView, Refusal>;
-    /// Removes the learned FDB entries; returns how many.
-    fn fdb_flush(&self) -> u64;
-    /// The Prometheus exposition.
-    fn metrics(&self) -> String;
-    /// Changes the log filter.
-    ///
-    /// # Errors
-    /// 422 for a filter that does not parse.
-    fn set_log_level(&self, filter: &str) -> Result<(), Refusal>;
-}
+use crate::control::RefusalKind;
+pub use crate::control::{Control, Refusal};
 
 /// A capture request, to be streamed by the server loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,7 +90,13 @@ fn json<T: Serialize>(status: u16, v: &T) -> Response {
 }
 
 fn refused(r: Refusal) -> Response {
-    error(r.status, r.message)
+    let status = match r.kind {
+        RefusalKind::NotFound => 404,
+        RefusalKind::Conflict => 409,
+        RefusalKind::Invalid => 422,
+        RefusalKind::Failed => 500,
+    };
+    error(status, r.message)
 }
 
 /// The route pattern of a path and the port name in it, if any.
@@ -425,7 +354,7 @@ fn dispatch(ctl: &dyn Control, openapi: &str, req: &Request) -> Result<Reply, Re
 mod tests {
     use std::sync::Mutex;
 
-    use vhu_api::{MacAddr, PortKind, PortState};
+    use vhu_api::{FdbEntryView, MacAddr, PortKind, PortState, PortStats, PortView};
 
     use super::*;
 
