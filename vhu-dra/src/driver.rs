@@ -86,6 +86,9 @@ pub struct DeviceResult {
     pub cdi_id: String,
     /// The switch port.
     pub port: String,
+    /// The MAC the port is locked to.
+    #[serde(default)]
+    pub mac: String,
 }
 
 /// A claim's checkpoint: names only.
@@ -261,6 +264,7 @@ impl Driver {
                 share_id: a.share_id.clone(),
                 cdi_id: l.cdi_id(&m.uid, &a.request_dir),
                 port,
+                mac: mac.to_string(),
             };
             plan.push((prepared, spec, result));
         }
@@ -321,7 +325,29 @@ impl Driver {
         self.save(&cp)?;
         tracing::info!(claim = %format!("{}/{}", m.namespace, m.name), uid = %m.uid,
             ports = ?cp.devices.iter().map(|d| &d.port).collect::<Vec<_>>(), "prepared");
+        self.report_status(&m.namespace, &m.name, &cp.devices);
         Ok(cp.devices)
+    }
+
+    /// Writes the devices' KEP-4817 `networkData` into the claim's status
+    /// (with an API proxy; best effort: the status informs, it does not
+    /// make the device work).
+    fn report_status(&self, namespace: &str, name: &str, devices: &[DeviceResult]) {
+        let ClaimSource::ApiServer(addr) = &self.cfg.source else {
+            return;
+        };
+        let devs = devices
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "driver": self.cfg.layout.driver, "pool": d.pool, "device": d.device,
+                    "networkData": {"hardwareAddress": d.mac},
+                })
+            })
+            .collect();
+        if let Err(e) = crate::apiserver::apply_claim_status(addr, namespace, name, devs) {
+            tracing::warn!(claim = %format!("{namespace}/{name}"), "cannot write the claim's status: {e}");
+        }
     }
 
     /// Creates `spec` on the switch; a port of that name that is this
@@ -363,16 +389,31 @@ impl Driver {
         Ok(())
     }
 
-    /// Unprepares claim `uid`: removes everything a prepare made.
+    /// Unprepares claim `uid` (`namespace/name`): removes everything a
+    /// prepare made, and this driver's entries of the claim's status.
     /// Idempotent.
     ///
     /// # Errors
     /// The switch could not be reached (the local files are gone; the
     /// ports and the checkpoint stay for the next call).
-    pub fn unprepare(&self, uid: &str) -> Result<(), String> {
+    pub fn unprepare(&self, namespace: &str, name: &str, uid: &str) -> Result<(), String> {
         let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         claim::check_uid(uid)?;
-        self.unprepare_locked(uid)
+        self.unprepare_locked(uid)?;
+        // The claim's status entries of this driver go too (the claim may
+        // be gone already: nothing to say then).
+        if let ClaimSource::ApiServer(addr) = &self.cfg.source {
+            if claim::check_dns_label("namespace", namespace).is_ok()
+                && claim::check_dns_subdomain("claim name", name).is_ok()
+            {
+                if let Err(e) =
+                    crate::apiserver::apply_claim_status(addr, namespace, name, Vec::new())
+                {
+                    tracing::debug!(claim = %format!("{namespace}/{name}"), "claim status not cleared: {e}");
+                }
+            }
+        }
+        Ok(())
     }
 
     fn unprepare_locked(&self, uid: &str) -> Result<(), String> {

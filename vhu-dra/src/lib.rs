@@ -12,6 +12,7 @@
 //! | [`claim`] | the ResourceClaim fields read, and the names checked before they become paths |
 //! | [`params`] | the opaque `PortConfig` parameters, held to the node's bounds |
 //! | [`source`] | where a claim is read: a local API proxy, or a directory |
+//! | [`apiserver`] | the API proxy's client: read a claim, apply the slice and a claim's status |
 //! | [`layout`] | every path and name of a prepared claim, derived, never read back |
 //! | [`documents`] | the CDI spec and the device metadata (pure) |
 //! | [`driver`] | prepare and unprepare: port, directories, files, checkpoint |
@@ -24,6 +25,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod apiserver;
 pub mod claim;
 pub mod documents;
 pub mod driver;

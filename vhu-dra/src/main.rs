@@ -117,7 +117,8 @@ struct Args {
     /// How many ports the switch takes (the ResourceSlice's capacity).
     #[arg(long, env = "VHU_DRA_PORTS", default_value_t = 1024)]
     ports: u32,
-    /// Print the node's ResourceSlice (JSON) and exit.
+    /// Print the node's ResourceSlice (JSON) and exit. (With --api the
+    /// driver applies it itself at start.)
     #[arg(long)]
     print_resource_slice: bool,
 }
@@ -188,6 +189,28 @@ fn config(a: &Args) -> Result<(Config, Sockets), String> {
     Ok((cfg, sockets))
 }
 
+/// Publishes the node's ResourceSlice through the API proxy, on a thread
+/// of its own, retrying every 10 s until the API server takes it.
+fn publish(api: String, slice: serde_json::Value) {
+    let r = std::thread::Builder::new()
+        .name("vhu-dra-slice".into())
+        .spawn(move || loop {
+            match vhu_dra::apiserver::publish_slice(&api, &slice) {
+                Ok(()) => {
+                    tracing::info!(slice = %slice["metadata"]["name"], "published the ResourceSlice");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!("cannot publish the ResourceSlice (again in 10 s): {e}");
+                    std::thread::sleep(std::time::Duration::from_secs(10));
+                }
+            }
+        });
+    if let Err(e) = r {
+        tracing::error!("cannot start the ResourceSlice thread: {e}");
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -198,17 +221,18 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    let the_slice = slice::resource_slice(&SwitchInfo {
+        node: args.node_name.clone(),
+        driver: args.driver.clone(),
+        switch: args.switch_name.clone(),
+        numa_node: args.numa_node,
+        ports: args.ports,
+        max_queues: args.max_queues,
+        max_mtu: args.max_mtu,
+        generation: 1,
+    });
     if args.print_resource_slice {
-        let s = slice::resource_slice(&SwitchInfo {
-            node: args.node_name.clone(),
-            driver: args.driver.clone(),
-            switch: args.switch_name.clone(),
-            numa_node: args.numa_node,
-            ports: args.ports,
-            max_queues: args.max_queues,
-            max_mtu: args.max_mtu,
-            generation: 1,
-        });
+        let s = the_slice;
         println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
         return ExitCode::SUCCESS;
     }
@@ -219,6 +243,9 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
+    if let Some(api) = args.api.clone() {
+        publish(api, the_slice);
+    }
     let driver = Arc::new(Driver::new(cfg));
     let pending = driver.checkpointed();
     if !pending.is_empty() {

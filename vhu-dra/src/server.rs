@@ -124,8 +124,8 @@ impl Service {
         let mut out = HashMap::new();
         for c in claims {
             let d = self.driver.clone();
-            let uid = c.uid.clone();
-            let r = tokio::task::spawn_blocking(move || d.unprepare(&uid))
+            let (ns, name, uid) = (c.namespace.clone(), c.name.clone(), c.uid.clone());
+            let r = tokio::task::spawn_blocking(move || d.unprepare(&ns, &name, &uid))
                 .await
                 .unwrap_or_else(|e| Err(format!("the unprepare task failed: {e}")));
             let e = match r {
