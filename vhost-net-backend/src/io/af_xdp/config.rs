@@ -6,6 +6,34 @@ use std::fmt;
 
 use super::bpf;
 use super::{AfXdpError, XSKMAP_ENTRIES};
+use crate::sys::netdev::IFNAME_RULE;
+
+/// What is wrong with an [`AfXdpConfig`], or with the interface name an
+/// uplink is opened on ([`AfXdpError::Config`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// [`AfXdpConfig::frame_size`] is neither 2048 nor 4096.
+    #[error("frame size must be 2048 or 4096, got {0}")]
+    FrameSize(u32),
+    /// [`AfXdpConfig::frames`] is below 2.
+    #[error("at least 2 UMEM frames needed, got {0}")]
+    Frames(u32),
+    /// A ring size is not a power of two.
+    #[error("{ring} ring size must be a power of two, got {size}")]
+    RingSize {
+        /// Which ring: `fill`, `completion`, `RX` or `TX`.
+        ring: &'static str,
+        /// The size asked for.
+        size: u32,
+    },
+    /// [`AfXdpConfig::queue_id`] is not below the XSKMAP's size.
+    #[error("queue id must be below {XSKMAP_ENTRIES}, got {0}")]
+    QueueId(u32),
+    /// The interface name breaks the kernel's rule.
+    #[error("interface names are {IFNAME_RULE}")]
+    InterfaceName,
+}
 
 /// Whether to ask for zero-copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -133,18 +161,12 @@ impl Default for AfXdpConfig {
 
 impl AfXdpConfig {
     /// Checks the geometry; returns what is wrong.
-    pub(super) fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
         if self.frame_size != 2048 && self.frame_size != 4096 {
-            return Err(format!(
-                "frame size must be 2048 or 4096, got {}",
-                self.frame_size
-            ));
+            return Err(ConfigError::FrameSize(self.frame_size));
         }
         if self.frames < 2 {
-            return Err(format!(
-                "at least 2 UMEM frames needed, got {}",
-                self.frames
-            ));
+            return Err(ConfigError::Frames(self.frames));
         }
         for (ring, size) in [
             ("fill", self.fill_size),
@@ -153,16 +175,11 @@ impl AfXdpConfig {
             ("TX", self.tx_size),
         ] {
             if !size.is_power_of_two() {
-                return Err(format!(
-                    "{ring} ring size must be a power of two, got {size}"
-                ));
+                return Err(ConfigError::RingSize { ring, size });
             }
         }
         if self.queue_id >= XSKMAP_ENTRIES {
-            return Err(format!(
-                "queue id must be below {XSKMAP_ENTRIES}, got {}",
-                self.queue_id
-            ));
+            return Err(ConfigError::QueueId(self.queue_id));
         }
         Ok(())
     }

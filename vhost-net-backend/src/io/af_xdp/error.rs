@@ -3,7 +3,7 @@
 
 use std::io;
 
-use super::{AttachMode, BindMode};
+use super::{AttachMode, BindMode, ConfigError};
 
 /// Why an AF_XDP uplink could not be set up. Each variant names the
 /// interface and the step that failed.
@@ -16,7 +16,7 @@ pub enum AfXdpError {
         /// Interface.
         ifname: String,
         /// What is wrong.
-        reason: String,
+        reason: ConfigError,
     },
     /// The interface does not exist (in this network namespace).
     #[error("af_xdp {ifname}: no such interface")]

@@ -129,7 +129,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use self::config::check_config;
-pub use self::config::{AfXdpConfig, Attach, AttachMode, BindMode, ZeroCopy};
+pub use self::config::{AfXdpConfig, Attach, AttachMode, BindMode, ConfigError, ZeroCopy};
 pub use self::error::AfXdpError;
 pub use self::program::XdpProgram;
 use self::ring::{ConsumerRing, ProducerRing};
@@ -660,7 +660,7 @@ mod tests {
         let bad = |f: fn(&mut AfXdpConfig)| {
             let mut c = AfXdpConfig::default();
             f(&mut c);
-            c.check().unwrap_err()
+            c.check().unwrap_err().to_string()
         };
         assert!(bad(|c| c.frame_size = 3000).contains("frame size"));
         assert!(bad(|c| c.frames = 1).contains("frames"));

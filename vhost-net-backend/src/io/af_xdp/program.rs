@@ -6,8 +6,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use super::{bpf, AfXdpError, Attach, AttachMode, XSKMAP_ENTRIES};
-use crate::sys::netdev::{self, IfName, IFNAME_RULE};
+use super::{bpf, AfXdpError, Attach, AttachMode, ConfigError, XSKMAP_ENTRIES};
+use crate::sys::netdev::{self, IfName};
 
 /// The XDP program and XSKMAP of one interface, attached through a BPF link.
 ///
@@ -115,7 +115,7 @@ impl XdpProgram {
 pub(super) fn interface_index(ifname: &str) -> Result<(IfName, u32), AfXdpError> {
     let name = IfName::new(ifname).map_err(|_| AfXdpError::Config {
         ifname: ifname.to_owned(),
-        reason: format!("interface names are {IFNAME_RULE}"),
+        reason: ConfigError::InterfaceName,
     })?;
     let index = netdev::ifindex(&name).map_err(|source| AfXdpError::Interface {
         ifname: ifname.to_owned(),
