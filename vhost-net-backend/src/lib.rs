@@ -15,7 +15,7 @@
 //! | module | what it does |
 //! |---|---|
 //! | [`port`] | the socket (server or client role), connection lifecycle, reset and reconnect |
-//! | `control` | the vhost-user request handler; validates every message |
+//! | `control` | the vhost-user request handler; validates every message; takes the three requests the `vhost` crate cannot serve (`control::intercept`) |
 //! | [`forward`] | one frame into any sink, with the software offload fallback ([`Forwarder`]) |
 //! | [`queue`] | the burst API ([`TxQueue::recv_burst`], [`RxQueue::burst`]) and the control/data hand-off |
 //! | [`poll`] | how a data-plane thread waits: [`Poller`] and the busy/adaptive/interrupt [`PollLoop`] |
