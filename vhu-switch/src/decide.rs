@@ -269,6 +269,7 @@ fn destination(ingress: PortId, vlan: u16, dst: &[u8; 6], fdb: &Fdb, now: u64) -
 mod tests {
     use super::*;
     use crate::fdb::FdbConfig;
+    use crate::fixtures::eth_frame;
     use crate::vlan::VlanSet;
 
     const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
@@ -290,14 +291,7 @@ mod tests {
 
     /// A frame's head: addresses, the tag if any, an IPv4 ethertype.
     fn head(dst: [u8; 6], src: [u8; 6], tci: Option<u16>) -> Vec<u8> {
-        let mut h = [dst, src].concat();
-        if let Some(t) = tci {
-            h.extend_from_slice(&ETH_P_8021Q.to_be_bytes());
-            h.extend_from_slice(&t.to_be_bytes());
-        }
-        h.extend_from_slice(&0x0800u16.to_be_bytes());
-        h.resize(60, 0);
-        h
+        eth_frame(dst, src, tci, 60)
     }
 
     /// Decides on each of `steps` in one burst, then learns what it noted.

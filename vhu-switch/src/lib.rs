@@ -42,6 +42,8 @@ pub mod control;
 pub mod decide;
 pub mod endpoint;
 pub mod fdb;
+#[cfg(test)]
+mod fixtures;
 pub mod link;
 pub mod metrics;
 pub mod persist;
@@ -49,8 +51,6 @@ pub mod pmd;
 pub mod privilege;
 pub mod seccomp;
 pub mod switch;
-#[cfg(test)]
-mod test_uplink;
 pub mod vlan;
 
 /// A port's index in the switch's port table (dense, reused after a port is

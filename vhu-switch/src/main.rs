@@ -257,7 +257,7 @@ fn run(cfg: Config, log: LogControl, filter: seccomp::Mode) -> Result<(), String
     // started from here on (ports' control threads) is filtered.
     if let Err(e) = seccomp::install(filter) {
         sw.shutdown();
-        return Err(e);
+        return Err(e.to_string());
     }
     tracing::info!("seccomp filter: {filter:?}");
     let restored = sw.restore();

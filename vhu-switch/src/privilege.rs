@@ -302,22 +302,51 @@ impl Policy {
 
 static POLICY: OnceLock<Policy> = OnceLock::new();
 
+/// Why [`apply`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The kernel refused a step of dropping them.
+    #[error("cannot drop capabilities: {0}")]
+    Restrict(std::io::Error),
+    /// [`apply`] was called before.
+    #[error("the capability policy is set twice")]
+    SetTwice,
+}
+
+/// Why [`lookup_id`] found no id.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    /// The file could not be read.
+    #[error("cannot read {file}: {error}")]
+    Read {
+        /// `/etc/passwd` or `/etc/group`.
+        file: String,
+        /// What reading it said.
+        error: std::io::Error,
+    },
+    /// The name has no entry in the file.
+    #[error("{name:?} is not in {file}")]
+    Unknown {
+        /// The user or group name.
+        name: String,
+        /// `/etc/passwd` or `/etc/group`.
+        file: String,
+    },
+}
+
 /// Keeps only what `policy` holds (every other capability is dropped from
 /// the five sets; no-new-privs) and makes it the process's policy for
 /// [`check`]. Call it once, before any other thread starts.
 ///
 /// # Errors
 /// The kernel refused a step.
-pub fn apply(policy: Policy) -> Result<Caps, String> {
-    let after =
-        caps::restrict(policy.held).map_err(|e| format!("cannot drop capabilities: {e}"))?;
+pub fn apply(policy: Policy) -> Result<Caps, ApplyError> {
+    let after = caps::restrict(policy.held).map_err(ApplyError::Restrict)?;
     let policy = Policy {
         held: after.effective,
         ..policy
     };
-    POLICY
-        .set(policy)
-        .map_err(|_| "the capability policy is set twice".to_owned())?;
+    POLICY.set(policy).map_err(|_| ApplyError::SetTwice)?;
     Ok(after)
 }
 
@@ -340,11 +369,14 @@ pub fn check(spec: &PortSpec) -> Result<(), Refusal> {
 
 /// A user or group id: numeric, or the name's entry in `file` (`/etc/passwd`
 /// or `/etc/group`: `name:x:id:...`).
-pub fn lookup_id(file: &str, name: &str) -> Result<u32, String> {
+pub fn lookup_id(file: &str, name: &str) -> Result<u32, LookupError> {
     if let Ok(id) = name.parse::<u32>() {
         return Ok(id);
     }
-    let text = fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let text = fs::read_to_string(file).map_err(|error| LookupError::Read {
+        file: file.to_owned(),
+        error,
+    })?;
     text.lines()
         .filter_map(|l| {
             let mut f = l.split(':');
@@ -353,7 +385,10 @@ pub fn lookup_id(file: &str, name: &str) -> Result<u32, String> {
             (n == name).then_some(id)
         })
         .next()
-        .ok_or_else(|| format!("{name:?} is not in {file}"))
+        .ok_or_else(|| LookupError::Unknown {
+            name: name.to_owned(),
+            file: file.to_owned(),
+        })
 }
 
 #[cfg(test)]
@@ -362,10 +397,12 @@ mod tests {
 
     #[test]
     fn ids_from_names_and_numbers() {
-        assert_eq!(lookup_id("/etc/passwd", "root"), Ok(0));
-        assert_eq!(lookup_id("/etc/group", "root"), Ok(0));
-        assert_eq!(lookup_id("/etc/passwd", "1234"), Ok(1234));
-        let e = lookup_id("/etc/passwd", "no-such-user-vhu").unwrap_err();
+        assert_eq!(lookup_id("/etc/passwd", "root").unwrap(), 0);
+        assert_eq!(lookup_id("/etc/group", "root").unwrap(), 0);
+        assert_eq!(lookup_id("/etc/passwd", "1234").unwrap(), 1234);
+        let e = lookup_id("/etc/passwd", "no-such-user-vhu")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not in /etc/passwd"), "{e}");
     }
 

@@ -201,27 +201,39 @@ const ARCH: &[libc::c_long] = &[
 #[cfg(not(target_arch = "x86_64"))]
 const ARCH: &[libc::c_long] = &[];
 
+/// Why the filter could not be built or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    /// The filter could not be built: an architecture it does not know, a
+    /// rule that does not compile.
+    #[error("seccomp: {0}")]
+    Build(seccompiler::BackendError),
+    /// The kernel refused the filter.
+    #[error("seccomp: {0}")]
+    Install(seccompiler::Error),
+}
+
 /// The filter for `mode` (`None` for [`Mode::Off`]).
 ///
 /// # Errors
 /// The architecture is not supported, or the filter does not compile.
-pub fn program(mode: Mode) -> Result<Option<BpfProgram>, String> {
+pub fn program(mode: Mode) -> Result<Option<BpfProgram>, SeccompError> {
     let mismatch = match mode {
         Mode::Off => return Ok(None),
         Mode::Log => SeccompAction::Log,
         Mode::Enforce => SeccompAction::Errno(libc::EPERM as u32),
     };
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| format!("seccomp: {e}"))?;
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(SeccompError::Build)?;
     let rules: BTreeMap<i64, Vec<SeccompRule>> = COMMON
         .iter()
         .chain(ARCH)
         .map(|&n| (n, Vec::new()))
         .collect();
     let filter = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch)
-        .map_err(|e| format!("seccomp: {e}"))?;
+        .map_err(SeccompError::Build)?;
     BpfProgram::try_from(filter)
         .map(Some)
-        .map_err(|e| format!("seccomp: {e}"))
+        .map_err(SeccompError::Build)
 }
 
 /// Installs the filter of `mode` on every thread of the process (threads
@@ -230,11 +242,11 @@ pub fn program(mode: Mode) -> Result<Option<BpfProgram>, String> {
 ///
 /// # Errors
 /// The filter does not compile, or the kernel refused it.
-pub fn install(mode: Mode) -> Result<(), String> {
+pub fn install(mode: Mode) -> Result<(), SeccompError> {
     let Some(p) = program(mode)? else {
         return Ok(());
     };
-    seccompiler::apply_filter_all_threads(&p).map_err(|e| format!("seccomp: {e}"))
+    seccompiler::apply_filter_all_threads(&p).map_err(SeccompError::Install)
 }
 
 #[cfg(test)]

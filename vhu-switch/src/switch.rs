@@ -1012,7 +1012,7 @@ impl Control for Switch {
 mod tests {
     use super::*;
     use crate::fdb::FdbConfig;
-    use crate::test_uplink::Scripted;
+    use crate::fixtures::{add_uplink_port, hand_pmd, PortParts, Scripted};
 
     const VM: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0x21];
 
@@ -1027,13 +1027,7 @@ mod tests {
     ) -> (crate::pmd::Pmd, Arc<RwLock<Fdb>>, Received, Announcer) {
         let fdb = Arc::new(RwLock::new(Fdb::new(FdbConfig::default())));
         let epoch = Instant::now();
-        let (mut pmd, handle) = pmd::new_pmd(
-            0,
-            vhost_net_backend::PollMode::Busy,
-            Arc::clone(&fdb),
-            epoch,
-        )
-        .unwrap();
+        let (mut pmd, handle) = hand_pmd(&fdb);
         let modes = [
             VlanMode::Access(10),
             VlanMode::Access(10),
@@ -1065,17 +1059,9 @@ mod tests {
                     counters: Arc::clone(&counters),
                 });
             }
-            let (dp, _units) = PortDp::new(
-                id,
-                format!("p{id}"),
-                ingress,
-                None,
-                counters,
-                Arc::new(CaptureTap::default()),
-                End::Uplink(vec![Box::new(Scripted::recorder(Arc::clone(&rec)))]),
-            );
-            let (ack, _) = sync_channel(1);
-            handle.send(Command::AddPort(dp, ack));
+            let mut p = PortParts::new(ingress);
+            p.counters = counters;
+            add_uplink_port(&handle, p, Scripted::recorder(Arc::clone(&rec)), false);
             got.push(rec);
         }
         pmd.poll_once();

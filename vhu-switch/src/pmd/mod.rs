@@ -71,8 +71,6 @@ use crate::PortId;
 mod burst;
 mod command;
 mod dest;
-#[cfg(test)]
-mod tests;
 
 use burst::Burst;
 pub use command::{Command, PmdCounters, PmdHandle, Removed, UplinkQueue};
