@@ -35,8 +35,8 @@
 //! it has a faster copy for known types.
 
 use crate::frame::{copy_frame, FrameSource};
-use crate::io::offload::{fits, lend_within, Segmenter};
 use crate::net_hdr::VirtioNetHdr;
+use crate::offload::{fits, lend_within, Segmenter};
 use crate::sink::Sink;
 use crate::stats::DropReason;
 
@@ -229,9 +229,9 @@ fn refused<S: Sink + ?Sized>(c: &mut ForwardCounters, sink: &mut S, r: DropReaso
 mod tests {
     use super::*;
     use crate::device::bits;
-    use crate::io::offload::checksum;
     use crate::io::UplinkSink;
     use crate::net_hdr::{F_NEEDS_CSUM, GSO_TCPV4};
+    use crate::offload::checksum;
     use crate::stats::DropCounts;
 
     /// A sink that keeps every frame pushed.
@@ -291,8 +291,7 @@ mod tests {
             *b = i as u8;
         }
         let l4 = (20 + PAYLOAD) as u32;
-        let pseudo =
-            crate::io::offload::pseudo_header_checksum(&[10, 0, 0, 1], &[10, 0, 0, 2], 6, l4);
+        let pseudo = crate::offload::pseudo_header_checksum(&[10, 0, 0, 1], &[10, 0, 0, 2], 6, l4);
         f[TCP_OFF + 16..TCP_OFF + 18].copy_from_slice(&pseudo.to_be_bytes());
         f
     }
@@ -319,7 +318,7 @@ mod tests {
     /// over pseudo-header and segment is 0xffff, i.e. its checksum is 0).
     fn tcp_checksum_ok(f: &[u8]) -> bool {
         let l4 = (f.len() - TCP_OFF) as u32;
-        let pseudo = crate::io::offload::pseudo_header_checksum(&f[26..30], &f[30..34], 6, l4);
+        let pseudo = crate::offload::pseudo_header_checksum(&f[26..30], &f[30..34], 6, l4);
         let mut seg = f[TCP_OFF..].to_vec();
         // Add the pseudo-header sum as one more 16-bit word.
         seg.extend_from_slice(&pseudo.to_be_bytes());

@@ -19,9 +19,10 @@
 //! | [`forward`] | one frame into any sink, with the software offload fallback ([`Forwarder`]) |
 //! | [`queue`] | the burst API ([`TxQueue::recv_burst`], [`RxQueue::burst`]) and the control/data hand-off |
 //! | [`poll`] | how a data-plane thread waits: [`Poller`] and the busy/adaptive/interrupt [`PollLoop`] |
-//! | [`io`] | uplinks (AF_XDP, AF_PACKET, TAP) behind one trait, an uplink as a sink ([`UplinkSink`]); the software offload fallbacks ([`io::offload`]) |
+//! | [`io`] | uplinks (AF_XDP, AF_PACKET, TAP) behind one trait, an uplink as a sink ([`UplinkSink`]) |
 //! | [`sink`] | the one destination trait, [`Sink`]: guest RX bursts and uplinks |
 //! | [`frame`] | the frame vocabulary: the one-pass copy ([`FrameSource`], [`FrameWriter`], [`copy_frame`]) and [`Spliced`] |
+//! | [`offload`] | the software offload fallbacks: partial checksums completed, TSO/UFO/USO super-frames segmented |
 //! | `ring` | the split and packed ring engine over guest memory (with `sys`, the only `unsafe`) |
 //! | [`device`] | offered features, offloads, what an acked set means |
 //! | [`sys`] | the syscall layer: sockets, mmap, netdev, AF_PACKET, AF_XDP, BPF, TUN, Unix paths of any length |
@@ -75,6 +76,7 @@ pub mod forward;
 pub mod frame;
 pub mod io;
 pub mod net_hdr;
+pub mod offload;
 pub mod poll;
 pub mod port;
 pub mod queue;

@@ -7,7 +7,7 @@
 //! [`FrameSource`] (one copy: from guest memory or the uplink's buffer into
 //! the destination's), flushes once per burst, and asks the sink which
 //! offloads it accepts ([`Sink::accepts`], in the receiver's `GUEST_*`
-//! vocabulary that [`crate::io::offload::fits`] takes). Frames that do not
+//! vocabulary that [`crate::offload::fits`] takes). Frames that do not
 //! fit are completed in software by [`crate::forward::Forwarder`].
 //!
 //! Every frame pushed is counted once, by the sink: delivered, or dropped
@@ -65,7 +65,7 @@ pub trait Sink {
     fn flush(&mut self) -> std::io::Result<()>;
 
     /// The offloads a frame's header may ask for, as `GUEST_*` bits
-    /// ([`GUEST_OFFLOADS`]): what [`crate::io::offload::fits`] takes.
+    /// ([`GUEST_OFFLOADS`]): what [`crate::offload::fits`] takes.
     fn accepts(&self) -> u64;
 
     /// Counts a frame meant for this destination that was dropped before it

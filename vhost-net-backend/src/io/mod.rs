@@ -28,11 +28,14 @@ use crate::stats::{DropCounts, DropReason};
 
 pub mod af_packet;
 pub mod af_xdp;
-pub mod offload;
 mod sink;
 pub mod tap;
 
 pub use sink::{UplinkSink, FULL_RETRIES};
+
+/// The software offload fallbacks, where uplinks have always found them
+/// (the module is [`crate::offload`]).
+pub use crate::offload;
 
 /// Offloads an uplink handles, as virtio-net feature bits
 /// ([`crate::device::bits`]).

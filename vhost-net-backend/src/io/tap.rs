@@ -41,11 +41,11 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::offload::{self, Segmenter};
 use super::{RxFn, Uplink, UplinkCounters, UplinkOffloads};
 use crate::device::bits;
 use crate::frame::{copy_frame, FrameSource};
 use crate::net_hdr::{self, VirtioNetHdr};
+use crate::offload::{self, Segmenter};
 use crate::stats::{DropCounts, DropReason};
 use crate::sys::netdev::{self, IfName, IFNAME_RULE};
 use crate::sys::tun;

@@ -75,11 +75,11 @@ use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 
-use super::offload::{self, Segmenter};
 use super::{RxFn, Uplink, UplinkCounters, UplinkOffloads};
 use crate::device::bits;
 use crate::frame::{copy_frame, FrameSource};
 use crate::net_hdr::{self, VirtioNetHdr};
+use crate::offload::{self, Segmenter};
 use crate::stats::{DropCounts, DropReason};
 use crate::sys::mmap::{self, Mmap};
 use crate::sys::netdev::{self, IfName};

@@ -2,6 +2,10 @@
 //! Software fallbacks for offloads a destination lacks: completing partial
 //! checksums and segmenting TSO/UFO/USO super-frames.
 //!
+//! A sibling of [`crate::forward`] (which runs them for any sink) and
+//! below [`crate::io`] (whose uplinks run them on receive and transmit;
+//! `io::offload` is the same module).
+//!
 //! # Contracts
 //!
 //! * Pure functions over host byte buffers (an uplink's ring slot, a scratch
@@ -38,7 +42,6 @@
 //! IPv6 destination address as is) and TCP urgent data spanning segments are
 //! not handled specially.
 
-use super::RxFn;
 use crate::device::bits;
 use crate::net_hdr::{self, VirtioNetHdr};
 use crate::stats::DropReason;
@@ -52,6 +55,11 @@ mod tests;
 pub use crate::wire::checksum::{checksum, pseudo_header_checksum};
 pub use kernel::kernel_tx_header;
 pub use segment::{segment_count, Segmenter};
+
+/// What [`lend_within`] lends each resulting frame to: its header and its
+/// bytes, valid during the call only (the same shape as an uplink's
+/// [`RxFn`](crate::io::RxFn), so a receive callback can be handed on).
+pub type LendFn<'a> = &'a mut dyn FnMut(&VirtioNetHdr, &[u8]);
 
 /// Why a frame could not be checksummed or segmented in software.
 ///
@@ -192,7 +200,7 @@ pub fn lend_within(
     frame: &mut [u8],
     accepted: u64,
     seg: &mut Segmenter,
-    f: RxFn<'_>,
+    f: LendFn<'_>,
 ) -> Result<usize, OffloadError> {
     let mut hdr = *hdr;
     hdr.num_buffers = 0;
