@@ -211,7 +211,8 @@ fn run(
 /// ring. Counting RX buffers reads the descriptors the guest is posting
 /// (packed rings: up to `burst` of them), and a line read while the guest
 /// writes it costs the guest a round trip to take it back; with packed
-/// rings this polls 1-4 % more frames through the loop (BENCHMARKS.md,
+/// rings this polls 1-4 % more frames through the loop
+/// (docs/perf/fast-path-2026-12-05-to-06.md,
 /// "The RX lines a fast backend reads").
 fn echo_burst(qp: &mut QueuePair, burst: usize) -> usize {
     if !qp.tx.has_pending() {

@@ -22,7 +22,8 @@
 //!   10 %: the median over the pairs of (attacked window / the quiet window
 //!   just before it) is at least 0.9 (7 pairs; 14 when the first 7 fall
 //!   short). Pairs, not the two medians: the host moves this machine's two
-//!   vCPUs between near and far cores every few seconds (BENCHMARKS.md,
+//!   vCPUs between near and far cores every few seconds
+//!   (docs/perf/fast-path-2026-12-03-04.md,
 //!   "Why some runs are slow"), which a pair 400 ms long mostly shares;
 //! - `b` receives exactly what `a` sent it, in order and unaltered.
 //!

@@ -41,7 +41,8 @@ const BODY_LINES: usize = 32;
 /// writes) after its head, up to [`BODY_LINES`] in all, asked for one frame
 /// before the copy. Without it the copy waits for them a line at a time,
 /// with a TLB miss at each 4 KiB page the hardware prefetcher stops at:
-/// 4-9 % more 1514-byte frames per second (BENCHMARKS.md, "Large frames'
+/// 4-9 % more 1514-byte frames per second
+/// (docs/perf/fast-path-2026-12-05-to-06.md, "Large frames'
 /// lines asked for one frame ahead"). Nothing for a frame of two lines.
 #[inline(always)]
 pub(crate) fn prefetch_body(hva: usize, len: usize, write: bool) {
@@ -59,7 +60,8 @@ pub(crate) fn prefetch_body(hva: usize, len: usize, write: bool) {
 /// [`prefetch_buffer`] warms them) to the shared last-level cache:
 /// `CLDEMOTE`. Another core (the guest's vCPU, a frontend's poller) then
 /// reads them from there, not by a snoop of this core's caches, which costs
-/// it more (BENCHMARKS.md, "Lines handed over when the loop has cycles to
+/// it more
+/// (docs/perf/fast-path-2026-12-05-to-06.md, "Lines handed over when the loop has cycles to
 /// spare"). A hint: the lines stay valid and cached, and a CPU without
 /// `CLDEMOTE` (older Intel, AMD) decodes it as a no-op, with no feature
 /// check needed.

@@ -70,7 +70,8 @@ const LINE_COPY_MIN: usize = 256;
 /// A frame written into a guest buffer usually comes from memory that the
 /// cache no longer holds (a 1024-entry ring circulates megabytes); there
 /// this is 2.5-3.4 % faster per 1514-byte frame than `ptr::copy` (glibc's
-/// `memmove`), measured in one run with both (BENCHMARKS.md, "Another host,
+/// `memmove`), measured in one run with both
+/// (docs/perf/fast-path-2026-12-05-to-06.md, "Another host,
 /// and packed TX descriptor lines left to the driver").
 ///
 /// # Safety

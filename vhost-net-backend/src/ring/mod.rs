@@ -210,7 +210,8 @@ impl Ring {
     /// takes its buffer, with that frame's length, so the next frame's
     /// copy finds its lines ([`prefetch_body`]). Packed rings only: on
     /// split rings it measured 1.5-4.5 % slower with hugepages
-    /// (BENCHMARKS.md, "Large frames' lines asked for one frame ahead").
+    /// (docs/perf/fast-path-2026-12-05-to-06.md, "Large frames' lines
+    /// asked for one frame ahead").
     #[inline(always)]
     pub(crate) fn prefetch_next_body(&self, len: usize) {
         if let Ring::Packed(r) = self {

@@ -471,7 +471,8 @@ impl PackedRing {
     /// TX descriptor available on its own, so a backend that keeps up reads
     /// at the driver's frontier, and a line taken ahead of it is one the
     /// driver is about to write: taking it away costs the driver a round
-    /// trip per line, and the loop runs at the driver's pace (BENCHMARKS.md,
+    /// trip per line, and the loop runs at the driver's pace
+    /// (docs/perf/fast-path-2026-12-05-to-06.md,
     /// "Another host, and packed TX descriptor lines left to the driver").
     /// A driver keeps its RX ring filled, so the RX lines ahead were
     /// written long before.
