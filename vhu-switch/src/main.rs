@@ -252,7 +252,7 @@ fn run(cfg: Config, log: LogControl, filter: seccomp::Mode) -> Result<(), String
         cfg.state_dir.display(),
         cfg.poll
     );
-    let sw = Switch::start(cfg, log)?;
+    let sw = Switch::start(cfg, log).map_err(|e| e.to_string())?;
     // Every thread now running (PMDs, links' watchers) and every one
     // started from here on (ports' control threads) is filtered.
     if let Err(e) = seccomp::install(filter) {
@@ -267,7 +267,7 @@ fn run(cfg: Config, log: LogControl, filter: seccomp::Mode) -> Result<(), String
             let doc = Arc::new(openapi::json());
             server::serve(&listener, &sw, &doc, &stop).map_err(|e| format!("control API: {e}"))
         }
-        Err(e) => Err(e),
+        Err(e) => Err(e.to_string()),
     };
     tracing::info!("stopping");
     sw.shutdown();

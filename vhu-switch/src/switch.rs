@@ -176,6 +176,29 @@ impl Announcer {
 /// Changes the log filter (the logging layer's reload handle).
 pub type LogControl = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
+/// Why [`Switch::start`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A PMD's poller (its eventfd or epoll instance) could not be created.
+    #[error("cannot create PMD {0}'s poller: {1}")]
+    Poller(usize, std::io::Error),
+    /// A PMD's thread could not be started.
+    #[error("cannot start PMD thread {0}: {1}")]
+    PmdThread(usize, std::io::Error),
+    /// The thread watching the uplinks' interfaces could not be started.
+    #[error("cannot start the link watcher: {0}")]
+    LinkWatcher(std::io::Error),
+}
+
+/// Why [`Switch::restore`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The state file exists but cannot be read (the whole chain in the
+    /// message).
+    #[error("{}", endpoint::chain(.0))]
+    State(crate::persist::PersistError),
+}
+
 /// The running switch.
 pub struct Switch {
     cfg: Config,
@@ -211,7 +234,7 @@ impl Switch {
     ///
     /// # Errors
     /// A PMD could not be created or started.
-    pub fn start(cfg: Config, log: LogControl) -> Result<Arc<Self>, String> {
+    pub fn start(cfg: Config, log: LogControl) -> Result<Arc<Self>, StartError> {
         let fdb = Arc::new(RwLock::new(Fdb::new(cfg.fdb)));
         let epoch = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
@@ -219,7 +242,7 @@ impl Switch {
         let mut threads = Vec::new();
         for (i, &cpu) in cfg.pmds.iter().enumerate() {
             let (pmd, handle) = pmd::new_pmd(i, poll_mode(cfg.poll), Arc::clone(&fdb), epoch)
-                .map_err(|e| format!("cannot create PMD {i}'s poller: {e}"))?;
+                .map_err(|e| StartError::Poller(i, e))?;
             let stop = Arc::clone(&stop);
             let thread = std::thread::Builder::new()
                 .name(format!("vhu-pmd-{i}"))
@@ -234,7 +257,7 @@ impl Switch {
                         tracing::error!("pmd {i}: stopped: {e}");
                     }
                 })
-                .map_err(|e| format!("cannot start PMD thread {i}: {e}"))?;
+                .map_err(|e| StartError::PmdThread(i, e))?;
             pmds.push(handle);
             threads.push(thread);
         }
@@ -265,7 +288,7 @@ impl Switch {
                     _ => return,
                 }
             })
-            .map_err(|e| format!("cannot start the link watcher: {e}"))?;
+            .map_err(StartError::LinkWatcher)?;
         Ok(sw)
     }
 
@@ -274,13 +297,13 @@ impl Switch {
     ///
     /// # Errors
     /// The state file exists but cannot be read.
-    pub fn restore(&self) -> Result<(), String> {
+    pub fn restore(&self) -> Result<(), RestoreError> {
         for spec in self.cfg.ports.clone() {
             if let Err(r) = self.add(spec.clone(), PortOrigin::Config, Build::Create) {
                 tracing::error!("port {:?} (configuration): {}", spec.name, r.message);
             }
         }
-        let persisted = self.store.load().map_err(|e| endpoint::chain(&e))?;
+        let persisted = self.store.load().map_err(RestoreError::State)?;
         for spec in persisted {
             if self.lock().ports.contains_key(&spec.name) {
                 tracing::warn!(
