@@ -576,7 +576,7 @@ fn structured(fx: &mut Fixture, inp: &mut Input, m: &mut Model, sel: u8) -> Msg 
         _ => {}
     }
     // The port takes these itself and answers a NEED_REPLY whatever was
-    // negotiated (`early_vring_enable` in port.rs).
+    // negotiated (`intercept` in control/intercept.rs).
     let port_answers = match code {
         req::SET_VRING_ENABLE => m.acked & bits::PROTOCOL_FEATURES == 0,
         req::SET_LOG_FD | req::SEND_RARP => true,

@@ -1084,7 +1084,7 @@ fn announced_by_the_switch(name: &str, dev: Dev) {
 
 /// A locally administered source address whose frames to the guest the
 /// switch delivers on its RX queue `q` of `n`: the switch's flow hash
-/// (`flow_queue` in `vhu-switch/src/pmd.rs`) over the destination and
+/// (`flow_queue` in `vhu-switch/src/pmd/dest.rs`) over the destination and
 /// source addresses, reproduced.
 fn src_mac_for_queue(q: usize, n: usize) -> String {
     let dst = vhu_tests::netns::mac_octets(MAC);
