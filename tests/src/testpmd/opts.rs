@@ -177,7 +177,7 @@ pub struct FrontendOpts {
     /// unset: testpmd's default, 64 bytes.
     pub pkt_len: Option<u16>,
     /// Log the virtio PMD's init at debug level, which prints the feature
-    /// bits it negotiated ([`Testpmd::negotiated_features`]).
+    /// bits it negotiated ([`Testpmd::negotiated_features`](super::Testpmd::negotiated_features)).
     pub log_features: bool,
     /// The vdev's `mac=`: the port's address (unset: random).
     pub mac: Option<String>,
@@ -236,7 +236,7 @@ impl FrontendOpts {
     /// testpmd process, one forwarding core, several frontends. testpmd
     /// numbers its ports in command-line order, where the added ones come
     /// first (in the order added) and [`FrontendOpts::socket`]'s last;
-    /// [`Testpmd::port_macs`] tells which is which.
+    /// [`Testpmd::port_macs`](super::Testpmd::port_macs) tells which is which.
     pub fn add_port(&mut self, socket: impl Into<PathBuf>, mac: &str) {
         let n = 1 + self
             .port

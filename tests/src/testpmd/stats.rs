@@ -99,7 +99,7 @@ impl FwdStats {
     }
 }
 
-/// A throughput sample from [`Testpmd::measure`].
+/// A throughput sample from [`Testpmd::measure`](super::Testpmd::measure).
 ///
 /// The headline figure, [`Throughput::mpps`], is testpmd's own `Rx-pps` of
 /// the second of two `show port stats all`, summed over ports: testpmd
@@ -129,12 +129,12 @@ pub struct Throughput {
     pub steal: f64,
     /// Fraction of the machine's CPU time (all CPUs) used during the window
     /// by anything but this testpmd and the `peers` given to
-    /// [`Testpmd::measure_with_peers`]: foreign load that takes cycles out
+    /// [`Testpmd::measure_with_peers`](super::Testpmd::measure_with_peers): foreign load that takes cycles out
     /// of the busy-polling loops. Should be ~0; with two cores, 0.05 is a
     /// tenth of one core.
     pub foreign: f64,
     /// This testpmd's own forwarding cycles over the window, when it runs
-    /// with `--record-core-cycles` ([`Testpmd::core_cycles`]): what the
+    /// with `--record-core-cycles` ([`Testpmd::core_cycles`](super::Testpmd::core_cycles)): what the
     /// frontend spends per frame with each backend.
     pub cycles: Option<CoreCycles>,
 }
@@ -356,7 +356,7 @@ pub fn sum_port_stats(stats: &[PortStats]) -> PortStats {
     sum
 }
 
-/// See [`Testpmd::core_cycles`].
+/// See [`Testpmd::core_cycles`](super::Testpmd::core_cycles).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CoreCycles {
     /// Cycles of forwarding calls that received packets.
