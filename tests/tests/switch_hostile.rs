@@ -56,9 +56,9 @@ const MAC_B: &str = "02:00:00:ee:00:0b";
 const MAC_H: &str = "02:00:00:ee:00:48";
 const MAC_Z: &str = "02:00:00:ee:00:5a";
 
-const NEXT: u16 = 1;
-const WRITE: u16 = 2;
-const INDIRECT: u16 = 4;
+use vhost_net_backend::test_utils::flags::{
+    DESC_F_INDIRECT as INDIRECT, DESC_F_NEXT as NEXT, DESC_F_WRITE as WRITE,
+};
 
 /// Frames `a` sends to `b` per step of the stream.
 const BURST: usize = 16;

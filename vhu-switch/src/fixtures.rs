@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
 //! Fixtures of the crate's unit tests, in one place: Ethernet frames, an
-//! in-memory uplink ([`Scripted`]: it sends what is queued in it and keeps
-//! what the switch sends it), and a PMD run by hand with ports on it.
+//! in-memory uplink (the library's
+//! [`ScriptedUplink`](vhost_net_backend::test_utils::ScriptedUplink):
+//! it sends what is queued in it and keeps what the switch sends it), and a
+//! PMD run by hand with ports on it.
 
-use std::os::fd::RawFd;
 use std::sync::mpsc::sync_channel;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use vhost_net_backend::io::{RxFn, Uplink, UplinkCounters, UplinkOffloads};
+use vhost_net_backend::test_utils::ScriptedUplink;
 use vhost_net_backend::wire::ETH_P_8021Q;
-use vhost_net_backend::{DropReason, FrameSource, PollMode, VirtioNetHdr};
+use vhost_net_backend::PollMode;
 
 use crate::capture::CaptureTap;
 use crate::decide::Ingress;
@@ -64,7 +65,7 @@ impl PortParts {
 /// Sends port `p`, one scripted uplink queue, to the PMD of `handle`: as a
 /// destination, and with `poll` also as a source the PMD polls. Applied at
 /// the PMD's next round.
-pub fn add_uplink_port(handle: &PmdHandle, p: PortParts, up: Scripted, poll: bool) {
+pub fn add_uplink_port(handle: &PmdHandle, p: PortParts, up: ScriptedUplink, poll: bool) {
     let id = p.ingress.id;
     let (dp, units) = PortDp::new(
         id,
@@ -81,58 +82,5 @@ pub fn add_uplink_port(handle: &PmdHandle, p: PortParts, up: Scripted, poll: boo
         for u in units {
             handle.send(Command::AddUnit(Box::new(u), ack.clone()));
         }
-    }
-}
-
-/// Frames, shared between a test and its uplink.
-pub type Frames = Arc<Mutex<Vec<Vec<u8>>>>;
-
-/// Sends the frames queued in `send` (all in one burst, at most the
-/// burst's size) and keeps what the switch sends it in `got`.
-pub struct Scripted {
-    pub send: Frames,
-    pub got: Frames,
-}
-
-impl Scripted {
-    /// An uplink that only keeps what the switch sends it.
-    pub fn recorder(got: Frames) -> Self {
-        Self {
-            send: Frames::default(),
-            got,
-        }
-    }
-}
-
-impl Uplink for Scripted {
-    fn name(&self) -> &str {
-        "scripted"
-    }
-    fn rx_burst(&mut self, max: usize, f: RxFn<'_>) -> std::io::Result<usize> {
-        let frames: Vec<_> = self.send.lock().unwrap().drain(..).collect();
-        assert!(frames.len() <= max, "more frames queued than a burst takes");
-        for b in &frames {
-            f(&VirtioNetHdr::default(), b);
-        }
-        Ok(frames.len())
-    }
-    fn tx_push(&mut self, _: &VirtioNetHdr, f: &dyn FrameSource) -> Result<(), DropReason> {
-        let mut b = vec![0; f.frame_len()];
-        vhost_net_backend::copy_frame(f, &mut b);
-        self.got.lock().unwrap().push(b);
-        Ok(())
-    }
-    fn tx_drop(&mut self, _: DropReason) {}
-    fn tx_flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn rx_fd(&self) -> RawFd {
-        -1
-    }
-    fn offloads(&self) -> UplinkOffloads {
-        UplinkOffloads::default()
-    }
-    fn counters(&self) -> UplinkCounters {
-        UplinkCounters::default()
     }
 }

@@ -1035,12 +1035,13 @@ impl Control for Switch {
 mod tests {
     use super::*;
     use crate::fdb::FdbConfig;
-    use crate::fixtures::{add_uplink_port, hand_pmd, PortParts, Scripted};
+    use crate::fixtures::{add_uplink_port, hand_pmd, PortParts};
+    use vhost_net_backend::test_utils::ScriptedUplink;
 
     const VM: [u8; 6] = [0x52, 0x54, 0, 0, 0, 0x21];
 
-    /// What each port received.
-    type Received = Vec<Arc<Mutex<Vec<Vec<u8>>>>>;
+    /// Each port's uplink, holding what the port received.
+    type Received = Vec<ScriptedUplink>;
 
     /// Ports 0-4 on one PMD (run by hand): 0 the migration's source, 1 its
     /// target, 2 another member of VLAN 10, 3 in VLAN 20, 4 a trunk (native
@@ -1065,7 +1066,7 @@ mod tests {
         let mut target = None;
         for (id, vlan) in modes.into_iter().enumerate() {
             let id = id as PortId;
-            let rec = Arc::new(Mutex::new(Vec::new()));
+            let rec = ScriptedUplink::new("scripted");
             let ingress = Ingress {
                 id,
                 vlan,
@@ -1084,7 +1085,7 @@ mod tests {
             }
             let mut p = PortParts::new(ingress);
             p.counters = counters;
-            add_uplink_port(&handle, p, Scripted::recorder(Arc::clone(&rec)), false);
+            add_uplink_port(&handle, p, rec.clone(), false);
             got.push(rec);
         }
         pmd.poll_once();
@@ -1113,7 +1114,7 @@ mod tests {
         assert_eq!(fdb.read().unwrap().lookup(10, &VM, 0), Some(1));
         assert_eq!(fdb.read().unwrap().counters().moved, 1);
         let rarp = vhost_net_backend::wire::rarp_announce(VM).to_vec();
-        let frames: Vec<Vec<Vec<u8>>> = got.iter().map(|g| g.lock().unwrap().clone()).collect();
+        let frames: Vec<Vec<Vec<u8>>> = got.iter().map(ScriptedUplink::take_sent).collect();
         assert_eq!(
             frames,
             vec![
@@ -1131,7 +1132,7 @@ mod tests {
         // A second round (QEMU announces several times): the same frame,
         // the entry stays.
         assert!(announce(&mut pmd, &a, VM));
-        assert_eq!(got[2].lock().unwrap().len(), 2);
+        assert_eq!(got[2].take_sent().len(), 1);
         assert_eq!(fdb.read().unwrap().lookup(10, &VM, 0), Some(1));
         assert_eq!(a.counters.announces.load(Ordering::Relaxed), 2);
     }
@@ -1150,7 +1151,7 @@ mod tests {
         assert!(!announce(&mut pmd, &a, other));
         assert_eq!(fdb.read().unwrap().lookup(10, &VM, 0), Some(0));
         assert_eq!(fdb.read().unwrap().lookup(10, &other, 0), Some(2));
-        assert!(got.iter().all(|g| g.lock().unwrap().is_empty()));
+        assert!(got.iter().all(|g| g.script().sent.is_empty()));
         assert_eq!(a.counters.announces.load(Ordering::Relaxed), 0);
         assert_eq!(a.counters.announces_refused.load(Ordering::Relaxed), 4);
     }

@@ -389,8 +389,9 @@ mod tests {
     use crate::capture::CaptureTap;
     use crate::decide::Ingress;
     use crate::fdb::FdbConfig;
-    use crate::fixtures::{add_uplink_port, eth_frame, hand_pmd, Frames, PortParts, Scripted};
+    use crate::fixtures::{add_uplink_port, eth_frame, hand_pmd, PortParts};
     use crate::vlan::VlanMode;
+    use vhost_net_backend::test_utils::ScriptedUplink;
 
     const SRC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const DST: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -399,10 +400,8 @@ mod tests {
 
     struct Ports {
         pmd: Pmd,
-        /// Each port's frames to send.
-        send: Vec<Frames>,
-        /// Each port's frames received.
-        got: Vec<Frames>,
+        /// Each port's uplink: frames queued to send, frames received.
+        up: Vec<ScriptedUplink>,
         counters: Vec<Arc<PortCounters>>,
         captures: Vec<Arc<CaptureTap>>,
         fdb: Arc<RwLock<Fdb>>,
@@ -420,10 +419,9 @@ mod tests {
         fdb.add_static(1, &DST, 1).unwrap();
         let fdb = Arc::new(RwLock::new(fdb));
         let (mut pmd, handle) = hand_pmd(&fdb);
-        let (mut send, mut got, mut counters, mut captures) = (vec![], vec![], vec![], vec![]);
+        let (mut up, mut counters, mut captures) = (vec![], vec![], vec![]);
         let mut flood = Some(flood);
         for id in 0..3 as PortId {
-            let (s, g) = (Frames::default(), Frames::default());
             let mut p = PortParts::new(Ingress {
                 id,
                 vlan: VlanMode::Access(1),
@@ -438,19 +436,14 @@ mod tests {
             p.mtu = (id == 1).then_some(1500);
             counters.push(Arc::clone(&p.counters));
             captures.push(Arc::clone(&p.capture));
-            let up = Scripted {
-                send: Arc::clone(&s),
-                got: Arc::clone(&g),
-            };
-            add_uplink_port(&handle, p, up, true);
-            send.push(s);
-            got.push(g);
+            let u = ScriptedUplink::new("scripted");
+            add_uplink_port(&handle, p, u.clone(), true);
+            up.push(u);
         }
         pmd.poll_once();
         Ports {
             pmd,
-            send,
-            got,
+            up,
             counters,
             captures,
             fdb,
@@ -468,13 +461,19 @@ mod tests {
     /// Sends `lens` from port 0 in one burst; returns the numbers of the
     /// frames port 1 received.
     fn burst(p: &mut Ports, lens: &[usize]) -> Vec<u8> {
-        p.got[1].lock().unwrap().clear();
+        p.up[1].take_sent();
         let frames = lens.iter().enumerate().map(|(n, &l)| frame(l, n as u8));
-        p.send[0].lock().unwrap().extend(frames);
+        queue(&p.up[0], frames);
         assert_eq!(p.pmd.poll_once(), lens.len());
-        assert!(p.got[2].lock().unwrap().is_empty(), "flooded");
-        let got = p.got[1].lock().unwrap();
-        got.iter().map(|f| f[NUMBER]).collect()
+        assert!(p.up[2].script().sent.is_empty(), "flooded");
+        p.up[1].take_sent().iter().map(|f| f[NUMBER]).collect()
+    }
+
+    /// Queues `frames` for `up` to receive.
+    fn queue(up: &ScriptedUplink, frames: impl IntoIterator<Item = Vec<u8>>) {
+        for f in frames {
+            up.queue_rx(&f);
+        }
     }
 
     /// A broadcast frame from `src`, numbered `n`.
@@ -502,17 +501,12 @@ mod tests {
                     frame(64, i)
                 }
             });
-            p.send[0].lock().unwrap().extend(frames);
+            queue(&p.up[0], frames);
             assert_eq!(p.pmd.poll_once(), 32);
         }
-        let flooded = p.got[2].lock().unwrap().len();
+        let flooded = p.up[2].script().sent.len();
         assert!((5..=6).contains(&flooded), "{flooded} floods passed");
-        let unicast = p.got[1]
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|f| f[..6] == DST)
-            .count();
+        let unicast = p.up[1].take_sent().iter().filter(|f| f[..6] == DST).count();
         assert_eq!(unicast, 48, "every unicast frame passed");
         assert_eq!(
             tx_dropped(&p, 0, DropReason::FloodRate),
@@ -520,14 +514,11 @@ mod tests {
             "every other flood counted"
         );
         // Another port's floods are its own: not limited.
-        p.got[0].lock().unwrap().clear();
+        p.up[0].take_sent();
         let other = [2, 0, 0, 0, 0, 7];
-        p.send[2]
-            .lock()
-            .unwrap()
-            .extend((0..32).map(|i| broadcast(other, i)));
+        queue(&p.up[2], (0..32).map(|i| broadcast(other, i)));
         assert_eq!(p.pmd.poll_once(), 32);
-        assert_eq!(p.got[0].lock().unwrap().len(), 32);
+        assert_eq!(p.up[0].script().sent.len(), 32);
         assert_eq!(tx_dropped(&p, 2, DropReason::FloodRate), 0);
     }
 
@@ -542,11 +533,11 @@ mod tests {
                 f[6..12].copy_from_slice(&src(round * 10 + i));
                 f
             });
-            p.send[0].lock().unwrap().extend(frames);
+            queue(&p.up[0], frames);
             assert_eq!(p.pmd.poll_once(), 10);
         }
-        assert_eq!(p.got[1].lock().unwrap().len(), 20, "every frame forwarded");
-        assert!(p.got[2].lock().unwrap().is_empty());
+        assert_eq!(p.up[1].script().sent.len(), 20, "every frame forwarded");
+        assert!(p.up[2].script().sent.is_empty());
         let f = p.fdb.read().unwrap();
         assert_eq!(f.learned_on(0), 2);
         assert_eq!(f.lookup(1, &src(0), 0), Some(0));
@@ -557,7 +548,7 @@ mod tests {
         // The others still learn.
         let mut g = frame(64, 0);
         g[6..12].copy_from_slice(&[2, 0, 0, 0, 0x20, 1]);
-        p.send[2].lock().unwrap().push(g);
+        p.up[2].queue_rx(&g);
         assert_eq!(p.pmd.poll_once(), 1);
         assert_eq!(
             p.fdb.read().unwrap().lookup(1, &[2, 0, 0, 0, 0x20, 1], 0),
